@@ -1,0 +1,67 @@
+"""scripts/minicluster up and down are idempotent, and down leaves nothing of ours behind."""
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.support.minicluster import MiniCluster
+
+pytestmark = pytest.mark.slurm
+
+
+def netns_inodes(cluster: MiniCluster) -> set[int]:
+    return {Path(f"/run/netns/{ns}").stat().st_ino for ns in cluster.netns()}
+
+
+def processes_in(inodes: set[int]) -> list[int]:
+    found = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if (proc / "ns" / "net").stat().st_ino in inodes:
+                    found.append(int(proc.name))
+            except OSError:
+                continue
+    return found
+
+
+def ours(cluster: MiniCluster) -> list[str]:
+    """Command lines of live processes that name the run directory or are Slurm, munge or Ray daemons."""
+    out = subprocess.run(["ps", "-eo", "args="], text=True, capture_output=True, check=True).stdout
+    daemons = ("slurmctld", "slurmd", "slurmstepd", "munged", "raylet", "gcs_server")
+    return [
+        line
+        for line in out.splitlines()
+        if str(cluster.run_dir) in line or any(line.split()[0].endswith(d) for d in daemons if line.split())
+    ]
+
+
+def test_up_and_down_are_idempotent_and_leave_nothing(minicluster: MiniCluster) -> None:
+    again = minicluster.script("up", "--nodes", "4")
+    assert "already up with 4 nodes" in again.stderr
+    inodes = netns_inodes(minicluster)
+    assert len(inodes) == 4
+
+    minicluster.down()
+    minicluster.down()
+    try:
+        assert minicluster.netns() == []
+        assert processes_in(inodes) == []
+        assert ours(minicluster) == []
+        link = subprocess.run(["ip", "link", "show", "rsmcbr0"], capture_output=True, check=False)
+        assert link.returncode != 0, "the bridge is still there"
+        assert minicluster.script("status", check=False).returncode == 3
+    finally:
+        minicluster.up()
+    status = minicluster.script("status")
+    assert status.stdout.count(" idle ") == 4
+
+
+def test_steps_of_a_job_without_sruns_is_zero(minicluster: MiniCluster, slurm_tmp: Path) -> None:
+    job = slurm_tmp / "job.sh"
+    job.write_text("#!/bin/bash\nhostname\n")
+    job_id = minicluster.sbatch(job, "--nodes=1", "--time=1", "--output=batch.log")
+    assert minicluster.wait(job_id).state == "COMPLETED"
+    assert minicluster.steps(job_id) == 0
+    assert (slurm_tmp / "batch.log").read_text() == "node1\n"

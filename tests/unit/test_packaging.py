@@ -1,0 +1,57 @@
+"""A wheel built from the tree carries the templates and installs a working ``raysub`` command."""
+
+import subprocess
+import sys
+import venv
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tests.support.prereq import REPO
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(out),
+            str(REPO),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    (built,) = out.glob("raysub-*.whl")
+    return built
+
+
+def test_wheel_contains_every_template(wheel: Path) -> None:
+    names = set(zipfile.ZipFile(wheel).namelist())
+    templates = [p.relative_to(REPO / "templates") for p in (REPO / "templates").rglob("*") if p.is_file()]
+    assert templates, "templates/ is empty"
+    missing = [str(t) for t in templates if f"raysub/templates/{t.as_posix()}" not in names]
+    assert missing == []
+
+
+def test_wheel_installs_into_a_fresh_venv(wheel: Path, tmp_path: Path) -> None:
+    env_dir = tmp_path / "venv"
+    venv.create(env_dir, with_pip=True)
+    subprocess.run(
+        [str(env_dir / "bin" / "pip"), "install", "-q", "--disable-pip-version-check", str(wheel)],
+        check=True,
+        capture_output=True,
+        stdin=subprocess.DEVNULL,
+    )
+    out = subprocess.run(
+        [str(env_dir / "bin" / "raysub"), "--help"], capture_output=True, text=True, check=True
+    )
+    assert "Usage: raysub" in out.stdout
