@@ -3,19 +3,199 @@
 Nothing here imports ray at module level, so ``raysub --help`` stays fast.
 """
 
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
 import click
+from click.core import ParameterSource
 
 from raysub import __version__
+from raysub.profiles import ProfileError, load_profile
+from raysub.spec import Ports, SpecError, spec_from_options
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def option(*decls: str, **kwargs: Any) -> Callable[[F], F]:
+    """A click option that also reads its default from RAYSUB_<NAME> (e.g. RAYSUB_GPUS_PER_NODE)."""
+    long = next(d for d in decls if d.startswith("--")).split("/")[0]
+    kwargs.setdefault("envvar", "RAYSUB_" + long[2:].upper().replace("-", "_"))
+    kwargs.setdefault("show_envvar", True)
+    return click.option(*decls, **kwargs)
+
+
+def port_options(func: F) -> F:
+    """One --<name>-port option per Ray port."""
+    for name, field in reversed(Ports.__dataclass_fields__.items()):
+        flag = f"--{name.replace('_', '-')}-port"
+        func = option(flag, type=int, default=field.default, show_default=True, help=f"Ray's {name} port.")(
+            func
+        )
+    return func
+
+
+def apply_profile(ctx: click.Context, name: str | None) -> None:
+    """Fill every option left at its built-in default from the profile; command line and env win."""
+    if not name:
+        return
+    try:
+        values, path = load_profile(name)
+    except ProfileError as error:
+        raise click.BadParameter(str(error), param_hint="--profile") from error
+    params = {p.name: p for p in ctx.command.params if p.name}
+    for key, value in values.items():
+        param = params.get(key)
+        if param is None or key in ("profile", "command"):
+            raise click.BadParameter(
+                f"{path}: profile {name!r} sets unknown option {key!r}", param_hint="--profile"
+            )
+        if ctx.get_parameter_source(key) is ParameterSource.DEFAULT:
+            ctx.params[key] = param.type_cast_value(ctx, value)
 
 
 @click.group(
     name="raysub", context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100}
 )
 @click.version_option(__version__, "-V", "--version", prog_name="raysub")
-def main() -> None:
+def cli() -> None:
     """Ray on Slurm: render an sbatch script that brings a Ray cluster up in seconds and fails loudly.
 
     \b
     Example:
-      raysub --version
+      raysub render --nodes 4 --gpus-per-node 8 -- python train.py > job.sub
+      raysub validate --strict job.sub && sbatch job.sub
     """
+
+
+@cli.command(context_settings={"show_default": True})
+@option(
+    "--nodes", "-N", type=int, help="Nodes in the job (>= 1); the first runs the Ray head and the driver."
+)
+@option("--gpus-per-node", type=int, default=8, help="GPUs per node (0 allowed); Ray advertises this many.")
+@option(
+    "--gpu-request/--no-gpu-request",
+    default=True,
+    help="Ask Slurm for the GPUs; --no-gpu-request for sites that give whole nodes without GPU GRES.",
+)
+@option("--cpus-per-task", type=int, help="CPUs for each node's Ray (also Ray's --num-cpus).")
+@option("--partition", "-p", help="Slurm partition.")
+@option("--account", "-A", help="Slurm account.")
+@option("--time", "-t", help="Time limit, as sbatch takes it (30, 4:00:00, 1-12).")
+@option("--job-name", "-J", default="raysub", help="Slurm job name.")
+@option("--exclusive/--no-exclusive", default=True, help="Whole nodes for the job.")
+@option(
+    "--sbatch-arg", "sbatch_args", multiple=True, help="Extra #SBATCH option, e.g. --qos=high (repeatable)."
+)
+@option(
+    "--log-dir", help="Base directory of the job's LOG_DIR (<base>/<jobid>-logs); default the submit dir."
+)
+@option("--container-image", help="pyxis container image for the nodes; without it, the current environment.")
+@option("--container-mounts", help="pyxis --container-mounts (LOG_DIR is always mounted).")
+@option("--container-workdir", help="pyxis --container-workdir.")
+@option(
+    "--setup", help="Shell command run on every node before each ray start, e.g. 'source venv/bin/activate'."
+)
+@option("--env", "env", multiple=True, metavar="KEY=VALUE", help="Exported on every node and for the driver.")
+@option(
+    "--ray-temp-dir",
+    default="/tmp/rs-%j/%n",
+    help="Ray's temp dir on each node; %j is the job id, %n the node name. Short: Ray's sockets live in it.",
+)
+@option("--ray-start-arg", "ray_start_args", multiple=True, help="Extra 'ray start' option (repeatable).")
+@port_options
+@option(
+    "--interface", help="Take each node's IP from this network interface; default the node name's address."
+)
+@option("--dedicated-head", is_flag=True, help="The head node advertises no GPUs, so no work lands there.")
+@option("--head-retries", type=int, default=2, help="Extra attempts to start the Ray head.")
+@option("--worker-retries", type=int, default=2, help="Extra attempts for each worker's ray start.")
+@option("--head-timeout", type=int, default=300, help="Seconds for the head to become ready, per attempt.")
+@option(
+    "--workers-timeout", type=int, default=600, help="Seconds for all workers to join once the head is up."
+)
+@option("--sandbox-command", help="Sidecar command (e.g. a code-execution server) started on sandbox nodes.")
+@option("--sandbox-port", type=int, help="Port the sandbox answers on once ready.")
+@option("--sandbox-container", help="pyxis image for the sandbox.")
+@option(
+    "--sandbox-nodes",
+    type=click.Choice(["all", "1"]),
+    default="all",
+    help="Sandbox on every node or the head.",
+)
+@option("--sandbox-timeout", type=int, default=300, help="Seconds for every sandbox to answer.")
+@option(
+    "--profile", help="Take defaults from [profiles.NAME] in ./raysub.toml or ~/.config/raysub/raysub.toml."
+)
+@click.option(
+    "--output", "-o", type=click.Path(dir_okay=False, path_type=Path), help="Write here, not stdout."
+)
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+@click.pass_context
+def render(ctx: click.Context, /, output: Path | None, **values: Any) -> None:
+    """Print an sbatch script that runs COMMAND as the driver of a Ray cluster on --nodes nodes.
+
+    The head starts Ray on the first node; all other nodes join through ONE batched srun; the driver
+    runs on the head once every GPU (or node, with --gpus-per-node 0) has joined, and the job exits
+    with its status. COMMAND after -- is the driver's argv, delivered byte-exact. Without COMMAND the
+    cluster stays up until the job ends and LOG_DIR gets attach.sh.
+
+    Every option also reads RAYSUB_<OPTION> from the environment, then the --profile.
+
+    \b
+    Example:
+      raysub render --nodes 4 --gpus-per-node 8 -p batch -t 4:00:00 -- python train.py --lr 3e-4 > job.sub
+      sbatch job.sub
+    """
+    from raysub.render import render as render_script
+
+    apply_profile(ctx, values.pop("profile"))
+    values.update({k: v for k, v in ctx.params.items() if k in values})
+    try:
+        script = render_script(spec_from_options(values))
+    except SpecError as error:
+        raise click.BadParameter(error.message, param_hint=error.option) from error
+    if output is None:
+        click.echo(script, nl=False)
+    else:
+        output.write_text(script)
+
+
+@cli.command()
+@click.argument("script", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--strict", is_flag=True, help="Fail when shellcheck is not installed.")
+def validate(script: Path, strict: bool) -> None:
+    """Check SCRIPT and every script it embeds with bash -n and shellcheck; exit 1 on any problem.
+
+    The embedded scripts are extracted exactly as the job writes them into LOG_DIR, and problems
+    name the embedded script and its line.
+
+    \b
+    Example:
+      raysub render --nodes 2 -- python train.py > job.sub && raysub validate --strict job.sub
+    """
+    from raysub.validate import validate as check
+
+    problems, checked = check(script, strict=strict)
+    for problem in problems:
+        click.echo(f"{script}: {problem}", err=True)
+    if problems:
+        sys.exit(1)
+    click.echo(f"{script}: ok ({len(checked)} scripts: {', '.join(checked)})")
+
+
+def main(args: Sequence[str] | None = None) -> None:
+    """Entry point: errors in how raysub was called are one line on stderr and exit status 2."""
+    try:
+        status = cli.main(args=args, prog_name="raysub", standalone_mode=False)
+    except click.UsageError as error:
+        click.echo(f"raysub: error: {error.format_message()}", err=True)
+        sys.exit(2)
+    except click.ClickException as error:
+        error.show()
+        sys.exit(error.exit_code)
+    except click.Abort:
+        click.echo("raysub: aborted", err=True)
+        sys.exit(1)
+    sys.exit(status if isinstance(status, int) else 0)

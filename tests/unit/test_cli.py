@@ -6,17 +6,17 @@ import sys
 from click.testing import CliRunner
 
 from raysub import __version__
-from raysub.cli import main
+from raysub.cli import cli
 
 
 def test_version() -> None:
-    result = CliRunner().invoke(main, ["--version"])
+    result = CliRunner().invoke(cli, ["--version"])
     assert result.exit_code == 0
     assert result.output == f"raysub, version {__version__}\n"
 
 
 def test_help_shows_an_example() -> None:
-    result = CliRunner().invoke(main, ["--help"])
+    result = CliRunner().invoke(cli, ["--help"])
     assert result.exit_code == 0
     assert "Usage: raysub" in result.output
     assert "Example:" in result.output

@@ -1,0 +1,112 @@
+"""The LOG_DIR layout and the signal-file protocol: the one place that names every file a job creates.
+
+The rendered bash takes these names from :func:`template_names` and the Python readers from
+:class:`LogDir`, so both sides always agree. docs/protocol.md describes the phases and who writes what.
+"""
+
+from dataclasses import dataclass
+from pathlib import Path
+
+# Per-attempt directory: <base>/<jobid>-logs, or <base>/<jobid>-<restart count>-logs after a requeue.
+LOG_DIR_SUFFIX = "-logs"
+
+# Signal files, each written once and atomically (temp file + rename) unless said otherwise.
+CANARY = "raysub_canary"  # batch script: a token every node must read back (shared-filesystem check)
+STARTED_RAY_HEAD = "STARTED_RAY_HEAD"  # head: "<ip>:<gcs port>" once the GCS answers and the raylet is up
+WORKER_UNITS = "ray_worker_units"  # head sidecar: live GPUs (or nodes with --gpus-per-node 0); rewritten
+SANDBOX_READY_PREFIX = "SANDBOX_READY_"  # sandbox on <host>: its port answers; file name ends with the host
+DRIVER_EXIT_CODE = "driver_exit_code"  # head: the driver's exit status
+ENDED = "ENDED"  # anyone: the job is over; one line saying why. Every waiting node leaves when it appears.
+
+# Scripts the batch script writes into LOG_DIR before launching anything.
+HEAD_SCRIPT = "head.sh"
+WORKER_SCRIPT = "worker.sh"
+DRIVER_SCRIPT = "driver_command.sh"
+SANDBOX_SCRIPT = "sandbox.sh"
+ATTACH_SCRIPT = "attach.sh"
+ATTACH_ENV = "attach.env"  # batch script: "<jobid> <head node>", read by attach.sh
+
+# Logs.
+HEAD_LOG = "ray-head.log"
+WORKER_LOG_PREFIX = "ray-worker-"
+DRIVER_LOG = "ray-driver.log"
+SANDBOX_LOG_PREFIX = "sandbox-"
+LOG_SUFFIX = ".log"
+
+
+def log_dir_name(job_id: str | int, restart_count: int = 0) -> str:
+    """The attempt directory's name: ``<jobid>-logs``, or ``<jobid>-<restart>-logs`` after a requeue."""
+    if restart_count:
+        return f"{job_id}-{restart_count}{LOG_DIR_SUFFIX}"
+    return f"{job_id}{LOG_DIR_SUFFIX}"
+
+
+def worker_index_width(workers: int) -> int:
+    """Digits of the zero-padded worker index: the width of the largest index, ``workers - 1``."""
+    return len(str(max(workers - 1, 0)))
+
+
+def worker_log_name(index: int, workers: int) -> str:
+    return f"{WORKER_LOG_PREFIX}{index:0{worker_index_width(workers)}d}{LOG_SUFFIX}"
+
+
+def worker_log_pattern(workers: int) -> str:
+    """srun's --output pattern for the batched worker step; %t is the task (worker) index."""
+    return f"{WORKER_LOG_PREFIX}%{worker_index_width(workers)}t{LOG_SUFFIX}"
+
+
+def sandbox_log_pattern() -> str:
+    return f"{SANDBOX_LOG_PREFIX}%t{LOG_SUFFIX}"
+
+
+def sandbox_ready_name(host: str) -> str:
+    return f"{SANDBOX_READY_PREFIX}{host}"
+
+
+def template_names() -> dict[str, str]:
+    """Every protocol name, for the templates (``files.ENDED`` and so on)."""
+    return {
+        name: value
+        for name, value in globals().items()
+        if name.isupper() and isinstance(value, str) and not name.startswith("_")
+    }
+
+
+@dataclass(frozen=True)
+class LogDir:
+    """One attempt's LOG_DIR and every file in it."""
+
+    path: Path
+
+    @classmethod
+    def of(cls, base: Path, job_id: str | int, restart_count: int = 0) -> "LogDir":
+        return cls(base / log_dir_name(job_id, restart_count))
+
+    def file(self, name: str) -> Path:
+        return self.path / name
+
+    @property
+    def head_log(self) -> Path:
+        return self.file(HEAD_LOG)
+
+    @property
+    def driver_log(self) -> Path:
+        return self.file(DRIVER_LOG)
+
+    def worker_log(self, index: int, workers: int) -> Path:
+        return self.file(worker_log_name(index, workers))
+
+    def sandbox_ready(self, host: str) -> Path:
+        return self.file(sandbox_ready_name(host))
+
+    @property
+    def ended(self) -> Path:
+        return self.file(ENDED)
+
+    @property
+    def started_ray_head(self) -> Path:
+        return self.file(STARTED_RAY_HEAD)
+
+    @property
+    def worker_units(self) -> Path:
+        return self.file(WORKER_UNITS)

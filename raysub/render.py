@@ -1,0 +1,110 @@
+"""Turn a JobSpec into the self-contained sbatch script, from the Jinja templates in templates/."""
+
+import re
+import shlex
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import jinja2
+
+from raysub import __version__, protocol
+from raysub.spec import MAX_SOCKET_PATH, RAY_SOCKET_SUFFIX, JobSpec
+
+# The batch script and the scripts it writes into LOG_DIR, in the order they are written.
+EMBEDDED = (
+    (protocol.HEAD_SCRIPT, "head.sh.j2"),
+    (protocol.WORKER_SCRIPT, "worker.sh.j2"),
+    (protocol.DRIVER_SCRIPT, "driver_command.sh.j2"),
+    (protocol.SANDBOX_SCRIPT, "sandbox.sh.j2"),
+    (protocol.ATTACH_SCRIPT, "attach.sh.j2"),
+)
+
+
+def templates_dir() -> Path:
+    """The templates: inside the installed package (wheel), else at the top of the source tree."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "templates", here.parent / "templates"):
+        if (candidate / "ray.sub.j2").is_file():
+            return candidate
+    raise FileNotFoundError(f"raysub's templates are missing (looked in {here} and {here.parent})")
+
+
+def shell_quote(value: object) -> str:
+    """One shell word that expands to exactly ``str(value)``."""
+    return shlex.quote(str(value))
+
+
+@cache
+def environment() -> jinja2.Environment:
+    # The output is bash, not HTML: escaping is shell quoting, done by the shq filter.
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(templates_dir()),
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,  # noqa: S701
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        # Bash has ${#var}; Jinja's default comment marker {# would swallow it.
+        comment_start_string="<#",
+        comment_end_string="#>",
+    )
+    env.filters["shq"] = shell_quote
+    return env
+
+
+@dataclass(frozen=True)
+class EmbeddedScript:
+    name: str
+    text: str
+    delimiter: str
+
+
+def heredoc_delimiter(name: str, text: str) -> str:
+    """A here-document delimiter that no line of ``text`` equals (user values can hold newlines)."""
+    base = "RAYSUB_" + re.sub(r"\W", "_", name).upper()
+    lines = set(text.splitlines())
+    delimiter, n = base, 1
+    while delimiter in lines:
+        delimiter, n = f"{base}_{n}", n + 1
+    return delimiter
+
+
+def container_args(spec: JobSpec) -> list[str]:
+    """pyxis options for the head and worker steps (mounts are added in the script, with LOG_DIR)."""
+    if not spec.container_image:
+        return []
+    args = [f"--container-image={spec.container_image}", "--container-name=raysub"]
+    if spec.container_workdir:
+        args.append(f"--container-workdir={spec.container_workdir}")
+    return args
+
+
+def render(spec: JobSpec) -> str:
+    """The sbatch script for ``spec``, after checking it (raises SpecError)."""
+    spec.check()
+    env = environment()
+    context = {
+        "spec": spec,
+        "files": protocol.template_names(),
+        "version": __version__,
+        "socket_suffix": RAY_SOCKET_SUFFIX,
+        "max_socket_path": MAX_SOCKET_PATH,
+        "container_args": container_args(spec),
+        "srun_args": [f"--cpus-per-task={spec.cpus_per_task}"] if spec.cpus_per_task else [],
+        "worker_log_pattern": protocol.worker_log_pattern(spec.workers),
+        "sandbox_log_pattern": protocol.sandbox_log_pattern(),
+    }
+    scripts = []
+    for name, template in EMBEDDED:
+        if name == protocol.WORKER_SCRIPT and not spec.workers:
+            continue
+        if name == protocol.SANDBOX_SCRIPT and spec.sandbox is None:
+            continue
+        if name == protocol.DRIVER_SCRIPT and spec.interactive:
+            continue
+        if name == protocol.ATTACH_SCRIPT and not spec.interactive:
+            continue
+        text = env.get_template(template).render(context)
+        scripts.append(EmbeddedScript(name, text, heredoc_delimiter(name, text)))
+    return env.get_template("ray.sub.j2").render(context, scripts=scripts)

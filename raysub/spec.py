@@ -1,0 +1,255 @@
+"""What a job is: a typed spec, checked with messages that name the option at fault."""
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+# AF_UNIX socket paths longer than this are refused by the kernel.
+MAX_SOCKET_PATH = 107
+# Ray's longest socket path under --temp-dir,
+# "/session_<YYYY-MM-DD_HH-MM-SS_ffffff>_<pid>/sockets/plasma_store", is at most 64 characters; keep a
+# few spare for future names.
+RAY_SOCKET_SUFFIX = 68
+# The runtime placeholders of --ray-temp-dir and the longest value render assumes for each.
+TEMP_DIR_PLACEHOLDERS = {"%j": 10, "%n": 20}
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_SLURM_WORD = re.compile(r"[^\s#'\"\\]+")
+_SLURM_TIME = re.compile(r"(\d+-)?\d+(:\d+){0,2}|\d+-\d+|UNLIMITED|INFINITE", re.IGNORECASE)
+_INTERFACE = re.compile(r"[A-Za-z0-9_.:@-]{1,15}")
+
+
+class SpecError(ValueError):
+    """A value the job cannot run with; ``option`` names the command-line option at fault."""
+
+    def __init__(self, option: str, message: str) -> None:
+        super().__init__(f"{option}: {message}")
+        self.option = option
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Ports:
+    """Ray's ports on every node. All below 9000, away from Linux's ephemeral range (32768-60999)."""
+
+    gcs: int = 6379
+    client: int = 8001
+    dashboard: int = 8265
+    dashboard_agent: int = 8266
+    dashboard_agent_grpc: int = 8267
+    runtime_env_agent: int = 8268
+    node_manager: int = 8076
+    object_manager: int = 8077
+    metrics_export: int = 8080
+    min_worker: int = 8300
+    max_worker: int = 8999
+
+    def check(self) -> None:
+        for name, value in vars(self).items():
+            if not 1024 <= value <= 65535:
+                raise SpecError(
+                    f"--{name.replace('_', '-')}-port", f"{value} is not a port from 1024 to 65535"
+                )
+        if self.min_worker > self.max_worker:
+            raise SpecError("--min-worker-port", "must not be above --max-worker-port")
+        single = {k: v for k, v in vars(self).items() if k not in ("min_worker", "max_worker")}
+        for name, value in single.items():
+            if self.min_worker <= value <= self.max_worker:
+                raise SpecError(f"--{name.replace('_', '-')}-port", f"{value} lies in the worker port range")
+        if len(set(single.values())) != len(single):
+            raise SpecError("--gcs-port", "two of Ray's ports are the same")
+
+
+@dataclass(frozen=True)
+class Sandbox:
+    """A sidecar such as a code-execution server; the driver starts once its port answers."""
+
+    command: str
+    port: int
+    container: str | None = None
+    nodes: Literal["all", "1"] = "all"
+    timeout: int = 300
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """Everything ``raysub render`` needs. Values are used verbatim; render shell-quotes each one."""
+
+    nodes: int
+    command: tuple[str, ...] = ()
+    gpus_per_node: int = 8
+    gpu_request: bool = True
+    cpus_per_task: int | None = None
+    partition: str | None = None
+    account: str | None = None
+    time: str | None = None
+    job_name: str = "raysub"
+    exclusive: bool = True
+    sbatch_args: tuple[str, ...] = ()
+    log_dir: str | None = None
+    container_image: str | None = None
+    container_mounts: str | None = None
+    container_workdir: str | None = None
+    setup: str | None = None
+    env: tuple[tuple[str, str], ...] = ()
+    ray_temp_dir: str = "/tmp/rs-%j/%n"
+    ray_start_args: tuple[str, ...] = ()
+    ports: Ports = field(default_factory=Ports)
+    interface: str | None = None
+    dedicated_head: bool = False
+    head_retries: int = 2
+    worker_retries: int = 2
+    head_timeout: int = 300
+    workers_timeout: int = 600
+    sandbox: Sandbox | None = None
+
+    @property
+    def workers(self) -> int:
+        return self.nodes - 1
+
+    @property
+    def interactive(self) -> bool:
+        return not self.command
+
+    @property
+    def head_gpus(self) -> int:
+        return 0 if self.dedicated_head else self.gpus_per_node
+
+    @property
+    def expected_units(self) -> int:
+        """What ray_worker_units must reach before the driver starts: GPUs, or nodes without GPUs."""
+        if self.gpus_per_node == 0:
+            return self.nodes
+        return self.head_gpus + self.workers * self.gpus_per_node
+
+    @property
+    def sandbox_nodes(self) -> int:
+        if self.sandbox is None:
+            return 0
+        return self.nodes if self.sandbox.nodes == "all" else 1
+
+    def check(self) -> "JobSpec":
+        """Raise SpecError for the first value the job could not run with; return self otherwise."""
+        if self.nodes < 1:
+            raise SpecError("--nodes", f"must be at least 1, not {self.nodes}")
+        if self.gpus_per_node < 0:
+            raise SpecError("--gpus-per-node", f"must be 0 or more, not {self.gpus_per_node}")
+        if self.cpus_per_task is not None and self.cpus_per_task < 1:
+            raise SpecError("--cpus-per-task", f"must be at least 1, not {self.cpus_per_task}")
+        for option, value in (("--partition", self.partition), ("--account", self.account)):
+            if value is not None and not _SLURM_WORD.fullmatch(value):
+                raise SpecError(option, f"{value!r} is not a Slurm name (no spaces, quotes or '#')")
+        if not _SLURM_WORD.fullmatch(self.job_name):
+            raise SpecError("--job-name", f"{self.job_name!r} has spaces, quotes or '#'")
+        if self.time is not None and not _SLURM_TIME.fullmatch(self.time):
+            raise SpecError("--time", f"{self.time!r} is not a Slurm time such as 30, 4:00:00 or 1-12")
+        for arg in self.sbatch_args:
+            if not arg.startswith("-") or "\n" in arg:
+                raise SpecError("--sbatch-arg", f"{arg!r} must be one sbatch option such as --qos=high")
+        for key, _ in self.env:
+            if not _ENV_NAME.fullmatch(key):
+                raise SpecError("--env", f"{key!r} is not a variable name")
+        for name, value in vars(self).items():
+            if isinstance(value, str) and "\0" in value:
+                raise SpecError(f"--{name.replace('_', '-')}", "contains a NUL byte")
+        if any("\0" in arg for arg in self.command):
+            raise SpecError("COMMAND", "contains a NUL byte, which no argv can carry")
+        if self.interface is not None and not _INTERFACE.fullmatch(self.interface):
+            raise SpecError("--interface", f"{self.interface!r} is not a network interface name")
+        for option, count in (
+            ("--head-retries", self.head_retries),
+            ("--worker-retries", self.worker_retries),
+        ):
+            if count < 0:
+                raise SpecError(option, f"must be 0 or more, not {count}")
+        for option, seconds in (
+            ("--head-timeout", self.head_timeout),
+            ("--workers-timeout", self.workers_timeout),
+        ):
+            if seconds < 1:
+                raise SpecError(option, f"must be at least 1 second, not {seconds}")
+        self.ports.check()
+        self._check_temp_dir()
+        if self.sandbox is not None:
+            if not 1 <= self.sandbox.port <= 65535:
+                raise SpecError("--sandbox-port", f"{self.sandbox.port} is not a port")
+            if self.sandbox.timeout < 1:
+                raise SpecError("--sandbox-timeout", "must be at least 1 second")
+        return self
+
+    def _check_temp_dir(self) -> None:
+        path = self.ray_temp_dir
+        if not path.startswith("/"):
+            raise SpecError("--ray-temp-dir", f"{path!r} must be an absolute path")
+        if re.search(r"[^A-Za-z0-9_./%+-]", path):
+            raise SpecError("--ray-temp-dir", f"{path!r}: use only letters, digits and _ . / + - % in it")
+        longest = len(path) + sum(path.count(k) * (n - len(k)) for k, n in TEMP_DIR_PLACEHOLDERS.items())
+        if longest + RAY_SOCKET_SUFFIX > MAX_SOCKET_PATH:
+            limit = MAX_SOCKET_PATH - RAY_SOCKET_SUFFIX
+            raise SpecError(
+                "--ray-temp-dir",
+                f"{path!r} can grow to {longest} characters (%j counts 10, %n 20); "
+                f"Ray's socket paths under it "
+                f"would pass the kernel's {MAX_SOCKET_PATH}-byte limit: keep it to {limit}",
+            )
+
+
+def parse_env(pairs: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """``KEY=VALUE`` strings as pairs; the value may hold anything, '=' included."""
+    parsed = []
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise SpecError("--env", f"{pair!r} is not KEY=VALUE")
+        parsed.append((key, value))
+    return tuple(parsed)
+
+
+def sandbox_from_options(
+    command: str | None, port: int | None, container: str | None, nodes: str, timeout: int
+) -> Sandbox | None:
+    if command is None:
+        for option, value in (("--sandbox-port", port), ("--sandbox-container", container)):
+            if value is not None:
+                raise SpecError(option, "needs --sandbox-command")
+        return None
+    if port is None:
+        raise SpecError("--sandbox-command", "needs --sandbox-port (how raysub knows the sandbox is ready)")
+    if nodes not in ("all", "1"):
+        raise SpecError("--sandbox-nodes", f"must be 'all' or '1', not {nodes!r}")
+    return Sandbox(
+        command=command,
+        port=port,
+        container=container,
+        nodes="all" if nodes == "all" else "1",
+        timeout=timeout,
+    )
+
+
+def spec_from_options(values: Mapping[str, Any]) -> JobSpec:
+    """A checked JobSpec from ``raysub render``'s option values, keyed by option name (``gpus_per_node``)."""
+    if values.get("nodes") is None:
+        raise SpecError("--nodes", "is required (how many nodes the job gets)")
+    ports = Ports(**{name: values[f"{name}_port"] for name in Ports.__dataclass_fields__})
+    sandbox = sandbox_from_options(
+        values["sandbox_command"],
+        values["sandbox_port"],
+        values["sandbox_container"],
+        values["sandbox_nodes"],
+        values["sandbox_timeout"],
+    )
+    plain = {
+        name: values[name]
+        for name in JobSpec.__dataclass_fields__
+        if name not in ("command", "env", "ports", "sandbox") and name in values
+    }
+    for name in ("sbatch_args", "ray_start_args"):
+        plain[name] = tuple(plain[name])
+    return JobSpec(
+        **plain,
+        command=tuple(values["command"]),
+        env=parse_env(tuple(values["env"])),
+        ports=ports,
+        sandbox=sandbox,
+    ).check()

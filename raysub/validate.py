@@ -1,0 +1,100 @@
+"""Check a rendered script before submitting it: bash -n and shellcheck on it and every script it embeds."""
+
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+# The line that starts an embedded script in the batch script: cat >"$LOG_DIR/<name>" <<'<DELIMITER>'
+_EMBED_START = re.compile(r"""^cat >"\$LOG_DIR/(?P<name>[\w.-]+)" <<'(?P<delimiter>\w+)'$""")
+# bash -n: "<file>: line <n>: <message>"; shellcheck -f gcc: "<file>:<line>:<col>: <level>: <message>"
+_BASH_ERROR = re.compile(r"^.*?: line (?P<line>\d+): (?P<message>.*)$")
+_SHELLCHECK = re.compile(r"^.*?:(?P<line>\d+):\d+: (?P<message>.*)$")
+
+
+@dataclass(frozen=True)
+class Embedded:
+    """A script the batch script writes into LOG_DIR: its name and exact text."""
+
+    name: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Problem:
+    script: str  # the batch script's file name, or the embedded script's name
+    line: int | None
+    message: str
+
+    def __str__(self) -> str:
+        where = f"{self.script} line {self.line}" if self.line else self.script
+        return f"{where}: {self.message}"
+
+
+class UnterminatedScript(ValueError):
+    pass
+
+
+def extract(script: str) -> list[Embedded]:
+    """The embedded scripts, byte for byte as the job writes them (quoted here-documents copy literally)."""
+    lines = script.splitlines(keepends=True)
+    found = []
+    i = 0
+    while i < len(lines):
+        start = _EMBED_START.match(lines[i].rstrip("\n"))
+        i += 1
+        if not start:
+            continue
+        body = []
+        while i < len(lines) and lines[i].rstrip("\n") != start["delimiter"]:
+            body.append(lines[i])
+            i += 1
+        if i == len(lines):
+            raise UnterminatedScript(f"{start['name']}: no line {start['delimiter']} ends it")
+        found.append(Embedded(start["name"], "".join(body)))
+        i += 1
+    return found
+
+
+def _run(args: list[str], pattern: re.Pattern[str], script: str) -> list[Problem]:
+    out = subprocess.run(args, capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL)
+    if out.returncode == 0:
+        return []
+    problems = []
+    for line in (out.stdout + out.stderr).splitlines():
+        match = pattern.match(line)
+        if match:
+            problems.append(Problem(script, int(match["line"]), match["message"]))
+    return problems or [Problem(script, None, (out.stdout + out.stderr).strip() or f"exit {out.returncode}")]
+
+
+def check_text(name: str, text: str, shellcheck: str | None) -> list[Problem]:
+    with tempfile.TemporaryDirectory(prefix="raysub-validate-") as tmp:
+        path = Path(tmp) / name
+        path.write_text(text)
+        problems = _run(["bash", "-n", str(path)], _BASH_ERROR, name)
+        if shellcheck and not problems:
+            problems = _run([shellcheck, "-f", "gcc", "-s", "bash", str(path)], _SHELLCHECK, name)
+    return problems
+
+
+def validate(path: Path, strict: bool = False) -> tuple[list[Problem], list[str]]:
+    """Problems found in the script at ``path`` and its embedded scripts, and the names of what was checked.
+
+    shellcheck runs when installed; with ``strict`` its absence is itself a problem.
+    """
+    text = path.read_text()
+    shellcheck = shutil.which("shellcheck")
+    problems = []
+    if shellcheck is None and strict:
+        problems.append(Problem(path.name, None, "shellcheck is not installed (--strict needs it)"))
+    problems += check_text(path.name, text, shellcheck)
+    try:
+        embedded = extract(text)
+    except UnterminatedScript as error:
+        return [*problems, Problem(path.name, None, f"embedded script {error}")], [path.name]
+    for script in embedded:
+        problems += check_text(script.name, script.text, shellcheck)
+    return problems, [path.name] + [s.name for s in embedded]
