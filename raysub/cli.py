@@ -43,13 +43,13 @@ def apply_profile(ctx: click.Context, name: str | None) -> None:
     try:
         values, path = load_profile(name)
     except ProfileError as error:
-        raise click.BadParameter(str(error), param_hint="--profile") from error
+        raise click.BadParameter(str(error), param_hint="'--profile'") from error
     params = {p.name: p for p in ctx.command.params if p.name}
     for key, value in values.items():
         param = params.get(key)
         if param is None or key in ("profile", "command"):
             raise click.BadParameter(
-                f"{path}: profile {name!r} sets unknown option {key!r}", param_hint="--profile"
+                f"{path}: profile {name!r} sets unknown option {key!r}", param_hint="'--profile'"
             )
         if ctx.get_parameter_source(key) is ParameterSource.DEFAULT:
             ctx.params[key] = param.type_cast_value(ctx, value)
@@ -155,7 +155,7 @@ def render(ctx: click.Context, /, output: Path | None, **values: Any) -> None:
     try:
         script = render_script(spec_from_options(values))
     except SpecError as error:
-        raise click.BadParameter(error.message, param_hint=error.option) from error
+        raise click.BadParameter(error.message, param_hint=f"'{error.option}'") from error
     if output is None:
         click.echo(script, nl=False)
     else:

@@ -1,10 +1,12 @@
 """Shared fixtures; the ``slurm`` marker brings one minicluster up for the whole session."""
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from raysub.cli import main
 from tests.support.minicluster import MiniCluster, unavailable_reason
 from tests.support.prereq import REPO, need
 
@@ -32,3 +34,31 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "slurm" in item.keywords and "minicluster" not in getattr(item, "fixturenames", ()):
             raise pytest.UsageError(f"{item.nodeid} is marked slurm but does not use the minicluster fixture")
+
+
+@dataclass(frozen=True)
+class CliResult:
+    code: int
+    stdout: str
+    stderr: str
+
+
+RunCli = Callable[..., CliResult]
+
+
+@pytest.fixture
+def raysub_cli(capsys: pytest.CaptureFixture[str]) -> RunCli:
+    """Runs ``raysub ARGS...`` in-process through the real entry point; returns code, stdout, stderr."""
+
+    def run(*args: str) -> CliResult:
+        capsys.readouterr()
+        try:
+            main(list(args))
+        except SystemExit as exit_:
+            code = exit_.code if isinstance(exit_.code, int) else 1
+        else:
+            code = 0
+        out = capsys.readouterr()
+        return CliResult(code, out.out, out.err)
+
+    return run

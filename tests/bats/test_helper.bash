@@ -1,5 +1,35 @@
-# Loaded by every bats file: bats-support and bats-assert from node_modules, and the repo root.
+# Loaded by every bats file: bats-support and bats-assert from node_modules, and helpers.
 REPO="$(cd -- "${BATS_TEST_DIRNAME}/../.." && pwd)"
 export REPO
 load "${REPO}/node_modules/bats-support/load"
 load "${REPO}/node_modules/bats-assert/load"
+
+# The Python that has raysub installed (tests/test_bats.py passes it on).
+PYTHON=${RAYSUB_TEST_PYTHON:-python3}
+
+# Renders a job with the given 'raysub render' options and writes the scripts it embeds into
+# $LOG_DIR exactly as the job would, plus the canary, so node scripts can run here with fakes.
+render_node_scripts() {
+  mkdir -p "$LOG_DIR"
+  "$PYTHON" -m raysub render "$@" >"${BATS_TEST_TMPDIR}/job.sub"
+  "$PYTHON" - "${BATS_TEST_TMPDIR}/job.sub" "$LOG_DIR" <<'PY'
+import sys
+from pathlib import Path
+
+from raysub.validate import extract
+
+for script in extract(Path(sys.argv[1]).read_text()):
+    (Path(sys.argv[2]) / script.name).write_text(script.text)
+PY
+  printf '%s\n' "$RAYSUB_CANARY_TOKEN" >"${LOG_DIR}/raysub_canary"
+}
+
+# Waits up to $2 seconds (default 10) for file $1 to exist.
+wait_file() {
+  local file=$1 tenths=$((${2:-10} * 10))
+  while ((tenths-- > 0)); do
+    [[ -e $file ]] && return 0
+    sleep 0.1
+  done
+  return 1
+}

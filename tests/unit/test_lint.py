@@ -25,9 +25,11 @@ def test_mypy() -> None:
 
 def test_shellcheck_on_our_scripts() -> None:
     shellcheck = tool("shellcheck")
-    scripts = [
-        p
-        for p in (REPO / "scripts").iterdir()
-        if p.is_file() and p.read_text().startswith("#!/usr/bin/env bash")
+    candidates = [
+        *(REPO / "scripts").iterdir(),
+        *(REPO / "tests" / "bats" / "fakes").iterdir(),
+        REPO / ".ci" / "run",
     ]
-    check(shellcheck, "--severity=style", str(REPO / ".ci" / "run"), *map(str, scripts))
+    scripts = [str(p) for p in candidates if p.is_file() and p.read_text().startswith("#!/usr/bin/env bash")]
+    helper = REPO / "tests" / "bats" / "test_helper.bash"
+    check(shellcheck, "--severity=style", *scripts, "--shell=bash", str(helper))

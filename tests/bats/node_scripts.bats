@@ -1,0 +1,107 @@
+#!/usr/bin/env bats
+# The node scripts raysub renders, run here with a fake 'ray' (and a fake unit counter) on PATH.
+
+setup() {
+  load test_helper
+  export LOG_DIR="${BATS_TEST_TMPDIR}/logs"
+  export RAYSUB_LOG_DIR=$LOG_DIR RAYSUB_CANARY_TOKEN="token-${BATS_TEST_NUMBER}"
+  export SLURM_JOB_ID="${BATS_ROOT_PID}${BATS_TEST_NUMBER}" SLURMD_NODENAME=nodeA SLURM_PROCID=1
+  export FAKE_RAY_LOG="${BATS_TEST_TMPDIR}/ray-calls"
+  export FAKES_PATH="${BATS_TEST_DIRNAME}/fakes:${PATH}"
+  : >"$FAKE_RAY_LOG"
+  render_node_scripts --nodes 3 --gpus-per-node 2 --interface lo --ray-temp-dir '/tmp/rb%j/%n' \
+    --worker-retries 1 --gcs-port 7379 -- bash -c 'echo driver ran; exit 3'
+}
+
+teardown() {
+  # Anything a test left running: its node script and the fake Ray under it.
+  if [[ -n ${node_pid:-} ]]; then kill "$node_pid" 2>/dev/null || true; fi
+  rm -rf "/tmp/rb${SLURM_JOB_ID}"
+}
+
+start_node() {
+  node_log="${BATS_TEST_TMPDIR}/$1.log"
+  PATH=$FAKES_PATH bash "${LOG_DIR}/$1" >"$node_log" 2>&1 3>&- &
+  node_pid=$!
+}
+
+# Waits for the node script started by start_node: $status is its exit status, $output its log.
+wait_node() {
+  status=0
+  wait "$node_pid" || status=$?
+  node_pid=""
+  output=$(<"$node_log")
+}
+
+@test "worker waits for STARTED_RAY_HEAD that appears late, then joins that address" {
+  start_node worker.sh
+  sleep 0.6
+  assert_equal "$(cat "$FAKE_RAY_LOG")" ""
+  printf '10.0.0.1:7379\n' >"${LOG_DIR}/STARTED_RAY_HEAD"
+  wait_file "${FAKE_RAY_LOG}.pids" 5
+  run cat "$FAKE_RAY_LOG"
+  assert_output --partial "start --block --address=10.0.0.1:7379 "
+  assert_output --partial "--num-gpus=2"
+  assert_output --partial "--temp-dir=/tmp/rb${SLURM_JOB_ID}/nodeA"
+  kill -TERM "$node_pid"
+  wait_node
+  assert_equal "$status" 143
+  # The whole Ray tree went with the script, and so did its temp dir.
+  run kill -0 "$(cat "${FAKE_RAY_LOG}.pids")"
+  assert_failure
+  assert [ ! -e "/tmp/rb${SLURM_JOB_ID}" ]
+}
+
+@test "worker leaves at once when ENDED appears before the head" {
+  start_node worker.sh
+  sleep 0.3
+  printf 'head: gave up\n' >"${LOG_DIR}/ENDED"
+  wait_node
+  assert_success
+  assert_output --partial "job ended before the head started: head: gave up"
+  assert_equal "$(cat "$FAKE_RAY_LOG")" ""
+}
+
+@test "worker retries a failed ray start, then ends the job naming itself" {
+  export FAKE_RAY_START_EXIT=1
+  printf '10.0.0.1:7379\n' >"${LOG_DIR}/STARTED_RAY_HEAD"
+  start_node worker.sh
+  wait_node
+  assert_failure 1
+  assert_equal "$(grep -c '^start ' "$FAKE_RAY_LOG")" 2
+  run cat "${LOG_DIR}/ENDED"
+  assert_output "worker 1 on nodeA: Ray did not stay up after 2 attempts"
+}
+
+@test "a node that cannot read the canary fails and names itself" {
+  export RAYSUB_CANARY_TOKEN=another-job
+  start_node worker.sh
+  wait_node
+  assert_failure 1
+  run cat "${LOG_DIR}/ENDED"
+  assert_output --partial "worker 1 on nodeA: cannot read the canary"
+}
+
+@test "head publishes ray_worker_units atomically, runs the driver once all units joined, exits with its status" {
+  export FAKE_UNITS="0 2 oops 4 6"
+  start_node head.sh
+  local units_file="${LOG_DIR}/ray_worker_units" seen="${BATS_TEST_TMPDIR}/seen" value
+  # Read the file as fast as possible while the head rewrites it: a reader must only ever see whole counts.
+  while kill -0 "$node_pid" 2>/dev/null; do
+    if [[ -e $units_file ]]; then
+      value=$(<"$units_file") || true
+      printf '[%s]\n' "$value" >>"$seen"
+    fi
+  done
+  wait_node
+  assert_failure 3
+  run grep -v -E '^\[[0-9]+\]$' "$seen"
+  assert_output ""
+  assert_equal "$(cat "$units_file")" "6"
+  assert_equal "$(cat "${LOG_DIR}/ray-driver.log")" "driver ran"
+  assert_equal "$(cat "${LOG_DIR}/driver_exit_code")" "3"
+  assert_equal "$(cat "${LOG_DIR}/ENDED")" "driver exited with status 3"
+  assert_equal "$(cat "${LOG_DIR}/STARTED_RAY_HEAD")" "127.0.0.1:7379"
+  run grep -c '^start ' "$FAKE_RAY_LOG"
+  assert_output "1"
+}

@@ -1,0 +1,123 @@
+"""raysub render + sbatch on the real minicluster: the cluster comes up whole, the driver runs on it,
+the job ends with the driver's status, with a constant number of job steps and nothing left behind."""
+
+import json
+import shlex
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from raysub import protocol
+from raysub.protocol import LogDir
+from tests.support.minicluster import JobResult, MiniCluster
+
+pytestmark = pytest.mark.slurm
+
+# No waiting here: raysub starts the driver only once every node has joined.
+DRIVER = textwrap.dedent(
+    """
+    import socket, ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+    ray.init()
+    alive = [n for n in ray.nodes() if n["Alive"]]
+    print("alive", len(alive))
+    where = ray.remote(num_cpus=1)(lambda: socket.gethostname())
+    on = [NodeAffinitySchedulingStrategy(n["NodeID"], soft=False) for n in alive]
+    print("hosts", *sorted(ray.get([where.options(scheduling_strategy=s).remote() for s in on])))
+    """
+)
+
+
+def run_job(cluster: MiniCluster, workdir: Path, render_args: list[str]) -> tuple[JobResult, LogDir]:
+    """``raysub render ARGS > job.sub && sbatch job.sub`` in ``workdir``; waits for the job to end."""
+    script = workdir / "job.sub"
+    rendered = cluster.run("raysub", "render", *render_args)
+    script.write_text(rendered.stdout)
+    job_id = cluster.sbatch(script, "--time=5", cwd=workdir)
+    result = cluster.wait(job_id)
+    return result, LogDir.of(workdir, job_id)
+
+
+def batch_output(workdir: Path, job_id: int) -> str:
+    return (workdir / f"slurm-{job_id}.out").read_text()
+
+
+def assert_clean(cluster: MiniCluster, job_id: int) -> None:
+    assert cluster.wait_no_leftovers() == []
+    assert not Path(f"/tmp/rs-{job_id}").exists(), "the per-node Ray temp dirs were not removed"
+
+
+@pytest.mark.parametrize("nodes", [4, 2, 1])
+def test_driver_sees_every_node_and_runs_a_task_on_each(
+    minicluster: MiniCluster, slurm_tmp: Path, nodes: int
+) -> None:
+    result, logs = run_job(
+        minicluster, slurm_tmp, ["--nodes", str(nodes), "--gpus-per-node", "0", "--", "python", "-c", DRIVER]
+    )
+    output = batch_output(slurm_tmp, result.job_id)
+    assert (result.state, result.exit_code) == ("COMPLETED", 0), output + logs.head_log.read_text()
+    driver = logs.driver_log.read_text()
+    assert f"alive {nodes}\n" in driver
+    assert "hosts " + " ".join(f"node{k}" for k in range(1, nodes + 1)) + "\n" in driver
+    assert logs.head_log.exists()
+    workers = sorted(p.name for p in logs.path.glob(f"{protocol.WORKER_LOG_PREFIX}*"))
+    assert workers == [protocol.worker_log_name(k, nodes - 1) for k in range(nodes - 1)]
+    assert logs.worker_units.read_text() == f"{nodes}\n"
+    assert logs.ended.read_text() == "driver exited with status 0\n"
+    assert minicluster.steps(result.job_id) == (1 if nodes == 1 else 2)
+    assert_clean(minicluster, result.job_id)
+
+
+def test_job_exits_with_the_drivers_status(minicluster: MiniCluster, slurm_tmp: Path) -> None:
+    result, logs = run_job(
+        minicluster,
+        slurm_tmp,
+        ["--nodes", "2", "--gpus-per-node", "0", "--", "bash", "-c", "echo bye; exit 3"],
+    )
+    assert (result.state, result.exit_code) == ("FAILED", 3)
+    assert logs.driver_log.read_text() == "bye\n"
+    assert logs.file(protocol.DRIVER_EXIT_CODE).read_text() == "3\n"
+    assert_clean(minicluster, result.job_id)
+
+
+HOSTILE = ["a b", "it's", 'say "hi"', "$HOME", "$(id)", "`id`", "a;b", "line1\nline2", "naïve ☃ 日本", ""]
+
+
+def test_argv_and_log_dir_survive_hostile_characters(minicluster: MiniCluster, slurm_tmp: Path) -> None:
+    base = slurm_tmp / "logs with 'quotes' $HOME `x` ;"
+    base.mkdir()
+    echo = "import json, sys; print(json.dumps(sys.argv[1:]))"
+    result, logs = run_job(
+        minicluster,
+        slurm_tmp,
+        [
+            "--nodes",
+            "2",
+            "--gpus-per-node",
+            "0",
+            "--log-dir",
+            str(base),
+            "--",
+            "python",
+            "-c",
+            echo,
+            *HOSTILE,
+        ],
+    )
+    assert (result.state, result.exit_code) == ("COMPLETED", 0), batch_output(slurm_tmp, result.job_id)
+    logs = LogDir.of(base, result.job_id)
+    assert json.loads(logs.driver_log.read_text()) == HOSTILE
+    assert_clean(minicluster, result.job_id)
+
+
+def test_rendered_scripts_are_what_validate_extracts(minicluster: MiniCluster, slurm_tmp: Path) -> None:
+    from raysub.validate import extract
+
+    result, logs = run_job(minicluster, slurm_tmp, ["--nodes", "1", "--gpus-per-node", "0", "--", "true"])
+    assert result.exit_code == 0
+    for script in extract((slurm_tmp / "job.sub").read_text()):
+        assert logs.file(script.name).read_text() == script.text, script.name
+    subprocess.run(["bash", "-n", str(logs.file(protocol.HEAD_SCRIPT))], check=True)
+    assert shlex.split(logs.file(protocol.DRIVER_SCRIPT).read_text().splitlines()[-1]) == ["exec", "true"]

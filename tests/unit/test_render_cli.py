@@ -1,0 +1,164 @@
+"""``raysub render`` on the command line: options, defaults from env and profiles, one-line errors."""
+
+from pathlib import Path
+
+import pytest
+
+from raysub.validate import extract
+from tests.conftest import RunCli
+
+
+@pytest.mark.parametrize(
+    ("args", "option"),
+    [
+        (["--nodes", "0"], "--nodes"),
+        (["--nodes", "-1"], "--nodes"),
+        (["--nodes", "x"], "--nodes"),
+        ([], "--nodes"),
+        (["--nodes", "2", "--env", "NOEQUALS"], "--env"),
+        (["--nodes", "2", "--env", "1BAD=x"], "--env"),
+        (["--nodes", "2", "--ray-temp-dir", "/scratch/" + "d" * 40 + "/%n"], "--ray-temp-dir"),
+        (["--nodes", "2", "--ray-temp-dir", "relative/%n"], "--ray-temp-dir"),
+        (["--nodes", "2", "--gpus-per-node", "-1"], "--gpus-per-node"),
+        (["--nodes", "2", "--gcs-port", "8500"], "--gcs-port"),
+        (["--nodes", "2", "--partition", "a b"], "--partition"),
+        (["--nodes", "2", "--time", "soon"], "--time"),
+        (["--nodes", "2", "--sandbox-command", "serve"], "--sandbox-command"),
+        (["--nodes", "2", "--sandbox-port", "80"], "--sandbox-port"),
+        (["--nodes", "2", "--sbatch-arg", "qos=high"], "--sbatch-arg"),
+    ],
+)
+def test_bad_values_exit_2_with_one_line_naming_the_option(
+    raysub_cli: RunCli, args: list[str], option: str
+) -> None:
+    result = raysub_cli("render", *args, "--", "python", "train.py")
+    assert result.code == 2
+    assert result.stdout == ""
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith("raysub: error: ")
+    assert f"'{option}'" in result.stderr
+
+
+def test_render_prints_the_script_and_nothing_else(raysub_cli: RunCli) -> None:
+    result = raysub_cli("render", "--nodes", "4", "--gpus-per-node", "0", "--", "python", "train.py")
+    assert result.code == 0, result.stderr
+    assert result.stderr == ""
+    assert result.stdout.startswith("#!/bin/bash\n#SBATCH --job-name=raysub\n#SBATCH --nodes=4\n")
+    assert "#SBATCH --gpus-per-node" not in result.stdout
+
+
+def test_output_option_writes_the_file(raysub_cli: RunCli, tmp_path: Path) -> None:
+    out = tmp_path / "job.sub"
+    result = raysub_cli("render", "--nodes", "2", "-o", str(out), "--", "true")
+    assert (result.code, result.stdout) == (0, "")
+    assert out.read_text().startswith("#!/bin/bash\n")
+
+
+def sbatch_lines(script: str) -> list[str]:
+    return [line for line in script.splitlines() if line.startswith("#SBATCH")]
+
+
+def test_allocation_options_become_sbatch_lines(raysub_cli: RunCli) -> None:
+    result = raysub_cli(
+        "render", "-N", "3", "--gpus-per-node", "4", "--cpus-per-task", "16", "-p", "batch", "-A", "ml",
+        "-t", "4:00:00", "-J", "sft", "--no-exclusive", "--sbatch-arg", "--qos=high", "--", "true",
+    )  # fmt: skip
+    assert result.code == 0, result.stderr
+    assert sbatch_lines(result.stdout) == [
+        "#SBATCH --job-name=sft",
+        "#SBATCH --nodes=3",
+        "#SBATCH --ntasks-per-node=1",
+        "#SBATCH --gpus-per-node=4",
+        "#SBATCH --cpus-per-task=16",
+        "#SBATCH --partition=batch",
+        "#SBATCH --account=ml",
+        "#SBATCH --time=4:00:00",
+        "#SBATCH --qos=high",
+    ]
+
+
+def test_no_gpu_request_keeps_gpus_for_ray_but_not_for_slurm(raysub_cli: RunCli) -> None:
+    result = raysub_cli("render", "-N", "2", "--gpus-per-node", "8", "--no-gpu-request", "--", "true")
+    assert "--gpus-per-node" not in "\n".join(sbatch_lines(result.stdout))
+    head = next(s for s in extract(result.stdout) if s.name == "head.sh")
+    assert "EXPECTED_UNITS=16\n" in head.text
+
+
+def test_dedicated_head_advertises_no_gpus(raysub_cli: RunCli) -> None:
+    result = raysub_cli("render", "-N", "3", "--gpus-per-node", "8", "--dedicated-head", "--", "true")
+    head = next(s for s in extract(result.stdout) if s.name == "head.sh")
+    assert "EXPECTED_UNITS=16\n" in head.text
+    assert 'ray_node_args "$ip" "$temp" 0\n' in head.text
+
+
+def test_environment_variables_give_defaults(raysub_cli: RunCli, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RAYSUB_NODES", "5")
+    monkeypatch.setenv("RAYSUB_PARTITION", "fromenv")
+    result = raysub_cli("render", "--", "true")
+    assert result.code == 0, result.stderr
+    assert "#SBATCH --nodes=5" in result.stdout
+    assert "#SBATCH --partition=fromenv" in result.stdout
+    assert "#SBATCH --partition=cli" in raysub_cli("render", "-p", "cli", "--", "true").stdout
+
+
+PROFILE = """
+[profiles.lab]
+partition = "gpu"
+account = "ml-infra"
+gpus-per-node = 4
+env = ["HF_HOME=/data/hf", "A=1"]
+"""
+
+
+def test_profile_fills_defaults_and_loses_to_the_command_line(
+    raysub_cli: RunCli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "raysub.toml").write_text(PROFILE)
+    result = raysub_cli("render", "-N", "2", "--profile", "lab", "-A", "mine", "--", "true")
+    assert result.code == 0, result.stderr
+    lines = sbatch_lines(result.stdout)
+    assert "#SBATCH --partition=gpu" in lines
+    assert "#SBATCH --account=mine" in lines
+    assert "#SBATCH --gpus-per-node=4" in lines
+    assert "export HF_HOME=/data/hf\n" in result.stdout
+
+
+def test_profile_from_the_user_config_dir(
+    raysub_cli: RunCli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    (tmp_path / "config" / "raysub").mkdir(parents=True)
+    (tmp_path / "config" / "raysub" / "raysub.toml").write_text(PROFILE)
+    assert (
+        "#SBATCH --partition=gpu" in raysub_cli("render", "-N", "2", "--profile", "lab", "--", "true").stdout
+    )
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (PROFILE, "no profile 'other'"),
+        ("[profiles.other]\nnot-an-option = 1\n", "unknown option 'not_an_option'"),
+        ("[profiles.other\n", "raysub.toml"),
+    ],
+)
+def test_profile_errors_are_one_line(
+    raysub_cli: RunCli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, content: str, message: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "none"))
+    (tmp_path / "raysub.toml").write_text(content)
+    result = raysub_cli("render", "-N", "2", "--profile", "other", "--", "true")
+    assert (result.code, result.stdout) == (2, "")
+    assert message in result.stderr
+    assert result.stderr.count("\n") == 1
+
+
+def test_help_teaches_with_an_example_for_every_command(raysub_cli: RunCli) -> None:
+    for command in ("render", "validate"):
+        result = raysub_cli(command, "--help")
+        assert result.code == 0
+        assert "Example:" in result.stdout
+    assert "RAYSUB_GPUS_PER_NODE" in raysub_cli("render", "--help").stdout
