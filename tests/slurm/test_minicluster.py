@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.minicluster import MiniCluster
+from tests.support.prereq import REPO
 
 pytestmark = pytest.mark.slurm
 
@@ -65,3 +66,10 @@ def test_steps_of_a_job_without_sruns_is_zero(minicluster: MiniCluster, slurm_tm
     assert minicluster.wait(job_id).state == "COMPLETED"
     assert minicluster.steps(job_id) == 0
     assert (slurm_tmp / "batch.log").read_text() == "node1\n"
+
+
+def test_readme_try_it_command_runs_a_ray_job_end_to_end(minicluster: MiniCluster) -> None:
+    out = minicluster.run(str(REPO / "scripts" / "try"), check=False, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "one task ran on each of: node1 node2 node3 node4\n" in out.stdout
+    assert "ended: COMPLETED, exit code 0; driver exited with status 0" in out.stderr

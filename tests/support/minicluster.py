@@ -126,7 +126,7 @@ class MiniCluster:
         return pids
 
     def leftovers(self) -> list[Leftover]:
-        """Processes in the node namespaces other than the slurmd daemons themselves."""
+        """Live processes in the node namespaces other than the slurmd daemons themselves."""
         daemons = self.daemon_pids()
         found = []
         for ns in self.netns():
@@ -135,9 +135,12 @@ class MiniCluster:
                 if pid in daemons:
                     continue
                 try:
+                    stat = Path(f"/proc/{pid}/stat").read_text()
                     cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
                 except OSError:
                     continue
+                if stat.rsplit(")", 1)[1].split()[0] == "Z":
+                    continue  # already dead, waiting for its parent (or init) to reap it
                 found.append(Leftover(ns, pid, cmd))
         return found
 
