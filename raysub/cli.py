@@ -115,6 +115,22 @@ def cli() -> None:
 @option(
     "--workers-timeout", type=int, default=600, help="Seconds for all workers to join once the head is up."
 )
+@option(
+    "--requeue/--no-requeue",
+    default=False,
+    help="Let Slurm requeue the job; each attempt gets its own LOG_DIR.",
+)
+@option(
+    "--signal-before",
+    type=int,
+    metavar="SECONDS",
+    help="Have Slurm signal the job this long before its time limit (#SBATCH --signal=B:SIG@SECONDS).",
+)
+@option(
+    "--forward-signal",
+    default="USR1",
+    help="The signal passed on to the driver's process group (preemption or time-limit warning).",
+)
 @option("--sandbox-command", help="Sidecar command (e.g. a code-execution server) started on sandbox nodes.")
 @option("--sandbox-port", type=int, help="Port the sandbox answers on once ready.")
 @option("--sandbox-container", help="pyxis image for the sandbox.")

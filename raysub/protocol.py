@@ -15,8 +15,26 @@ CANARY = "raysub_canary"  # batch script: a token every node must read back (sha
 STARTED_RAY_HEAD = "STARTED_RAY_HEAD"  # head: "<ip>:<gcs port>" once the GCS answers and the raylet is up
 WORKER_UNITS = "ray_worker_units"  # head sidecar: live GPUs (or nodes with --gpus-per-node 0); rewritten
 SANDBOX_READY_PREFIX = "SANDBOX_READY_"  # sandbox on <host>: its port answers; file name ends with the host
+DRIVER_STARTED = "DRIVER_STARTED"  # head: the driver runs; from now on a node whose Ray exits ends the job
+DRIVER_PID = "driver_pid"  # head: the driver's process group, for forwarding signals from the batch script
 DRIVER_EXIT_CODE = "driver_exit_code"  # head: the driver's exit status
 ENDED = "ENDED"  # anyone: the job is over; one line saying why. Every waiting node leaves when it appears.
+JOINED_NODES = "ray_joined_nodes"  # head sidecar: names of the nodes alive in Ray, one per line; rewritten
+LATEST = "latest"  # in the base directory: a symlink to the newest attempt's LOG_DIR
+
+# The timeline: one JSON object per line, {"t": <epoch seconds>, "phase": ..., "node": ..., "detail": ...},
+# appended under an flock on TIMELINE_LOCK so lines from different nodes never interleave.
+TIMELINE = "timeline.jsonl"
+TIMELINE_LOCK = "timeline.lock"
+PHASE_JOB_START = "job_start"  # batch script
+PHASE_CANARY_OK = "canary_ok"  # every node
+PHASE_HEAD_READY = "head_ready"  # head; detail: the address
+PHASE_WORKER_JOINED = "worker_joined"  # head sidecar; detail: the node that joined Ray
+PHASE_SANDBOX_READY = "sandbox_ready"  # each sandbox node
+PHASE_DRIVER_START = "driver_start"  # head
+PHASE_DRIVER_END = "driver_end"  # head; detail: the exit status
+PHASE_ENDED = "ended"  # whoever writes ENDED; detail: the reason
+PHASE_SIGNAL_FORWARDED = "signal_forwarded"  # batch script and head; detail: the signal
 
 # Scripts the batch script writes into LOG_DIR before launching anything.
 HEAD_SCRIPT = "head.sh"
@@ -28,6 +46,7 @@ ATTACH_ENV = "attach.env"  # batch script: "<jobid> <head node>", read by attach
 
 # Logs.
 HEAD_LOG = "ray-head.log"
+SRUN_LOG_PREFIX = "srun-"  # srun's own messages for each step ("srun-workers.log"), e.g. which task died
 WORKER_LOG_PREFIX = "ray-worker-"
 DRIVER_LOG = "ray-driver.log"
 SANDBOX_LOG_PREFIX = "sandbox-"

@@ -17,6 +17,7 @@ TEMP_DIR_PLACEHOLDERS = {"%j": 10, "%n": 20}
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _SLURM_WORD = re.compile(r"[^\s#'\"\\]+")
 _SLURM_TIME = re.compile(r"(\d+-)?\d+(:\d+){0,2}|\d+-\d+|UNLIMITED|INFINITE", re.IGNORECASE)
+FORWARDABLE_SIGNALS = ("USR1", "USR2", "INT", "HUP", "QUIT")
 _INTERFACE = re.compile(r"[A-Za-z0-9_.:@-]{1,15}")
 
 
@@ -103,6 +104,9 @@ class JobSpec:
     head_timeout: int = 300
     workers_timeout: int = 600
     sandbox: Sandbox | None = None
+    requeue: bool = False
+    signal_before: int | None = None
+    forward_signal: str = "USR1"
 
     @property
     def workers(self) -> int:
@@ -169,6 +173,12 @@ class JobSpec:
         ):
             if seconds < 1:
                 raise SpecError(option, f"must be at least 1 second, not {seconds}")
+        if self.signal_before is not None and self.signal_before < 1:
+            raise SpecError("--signal-before", f"must be at least 1 second, not {self.signal_before}")
+        if self.forward_signal not in FORWARDABLE_SIGNALS:
+            raise SpecError(
+                "--forward-signal", f"{self.forward_signal!r} is not one of {', '.join(FORWARDABLE_SIGNALS)}"
+            )
         self.ports.check()
         self._check_temp_dir()
         if self.sandbox is not None:
@@ -246,6 +256,7 @@ def spec_from_options(values: Mapping[str, Any]) -> JobSpec:
     }
     for name in ("sbatch_args", "ray_start_args"):
         plain[name] = tuple(plain[name])
+    plain["forward_signal"] = str(plain["forward_signal"]).upper().removeprefix("SIG")
     return JobSpec(
         **plain,
         command=tuple(values["command"]),

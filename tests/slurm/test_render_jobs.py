@@ -11,7 +11,8 @@ import pytest
 
 from raysub import protocol
 from raysub.protocol import LogDir
-from tests.support.minicluster import JobResult, MiniCluster
+from tests.support.minicluster import MiniCluster
+from tests.support.raysub_jobs import assert_clean, batch_output, run_job
 
 pytestmark = pytest.mark.slurm
 
@@ -28,25 +29,6 @@ DRIVER = textwrap.dedent(
     print("hosts", *sorted(ray.get([where.options(scheduling_strategy=s).remote() for s in on])))
     """
 )
-
-
-def run_job(cluster: MiniCluster, workdir: Path, render_args: list[str]) -> tuple[JobResult, LogDir]:
-    """``raysub render ARGS > job.sub && sbatch job.sub`` in ``workdir``; waits for the job to end."""
-    script = workdir / "job.sub"
-    rendered = cluster.run("raysub", "render", *render_args)
-    script.write_text(rendered.stdout)
-    job_id = cluster.sbatch(script, "--time=5", cwd=workdir)
-    result = cluster.wait(job_id)
-    return result, LogDir.of(workdir, job_id)
-
-
-def batch_output(workdir: Path, job_id: int) -> str:
-    return (workdir / f"slurm-{job_id}.out").read_text()
-
-
-def assert_clean(cluster: MiniCluster, job_id: int) -> None:
-    assert cluster.wait_no_leftovers() == []
-    assert not Path(f"/tmp/rs-{job_id}").exists(), "the per-node Ray temp dirs were not removed"
 
 
 @pytest.mark.parametrize("nodes", [4, 2, 1])

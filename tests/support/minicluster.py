@@ -5,6 +5,8 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -150,3 +152,39 @@ class MiniCluster:
         while (left := self.leftovers()) and time.monotonic() < deadline:
             time.sleep(0.2)
         return left
+
+    def processes(self, node: str) -> dict[int, str]:
+        """PID -> command line of every live process on ``node`` (e.g. "node3")."""
+        found = {}
+        netns = f"{NETNS_PREFIX}{node.removeprefix('node')}"
+        for word in self.run("ip", "netns", "pids", netns).stdout.split():
+            try:
+                cmd = Path(f"/proc/{word}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+            except OSError:
+                continue
+            found[int(word)] = cmd
+        return found
+
+    def slurmd_pid(self, node: str) -> int:
+        return int((self.run_dir / "run" / f"slurmd-{node}.pid").read_text())
+
+    @contextmanager
+    def node_netns_process(self, node: str, *command: str) -> Iterator[subprocess.Popen[bytes]]:
+        """Runs ``command`` inside ``node``'s network namespace for the duration of the block."""
+        netns = f"/run/netns/{NETNS_PREFIX}{node.removeprefix('node')}"
+        proc = subprocess.Popen(["nsenter", f"--net={netns}", *command], stdin=subprocess.DEVNULL)
+        try:
+            yield proc
+        finally:
+            proc.kill()
+            proc.wait()
+
+    @contextmanager
+    def private_mount(self, node: str, path: Path) -> Iterator[None]:
+        """An empty tmpfs over ``path`` that only jobs on ``node`` see (they share its slurmd's mounts)."""
+        enter = ["nsenter", f"--target={self.slurmd_pid(node)}", "--mount"]
+        self.run(*enter, "mount", "-t", "tmpfs", "raysub-test", str(path))
+        try:
+            yield
+        finally:
+            self.run(*enter, "umount", "-l", str(path), check=False)

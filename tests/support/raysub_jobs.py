@@ -1,0 +1,40 @@
+"""Render a raysub job, submit it to the minicluster, and check what it leaves behind."""
+
+import time
+from pathlib import Path
+
+from raysub.protocol import LogDir
+from tests.support.minicluster import JobResult, MiniCluster
+
+
+def submit(
+    cluster: MiniCluster, workdir: Path, render_args: list[str], *sbatch_options: str
+) -> tuple[int, LogDir]:
+    """``raysub render ARGS > job.sub && sbatch job.sub`` in ``workdir``; returns the job id and LogDir."""
+    script = workdir / "job.sub"
+    script.write_text(cluster.run("raysub", "render", *render_args).stdout)
+    job_id = cluster.sbatch(script, "--time=5", *sbatch_options, cwd=workdir)
+    return job_id, LogDir.of(workdir, job_id)
+
+
+def run_job(cluster: MiniCluster, workdir: Path, render_args: list[str]) -> tuple[JobResult, LogDir]:
+    """Submit and wait for the job to end."""
+    job_id, logs = submit(cluster, workdir, render_args)
+    return cluster.wait(job_id), logs
+
+
+def batch_output(workdir: Path, job_id: int) -> str:
+    return (workdir / f"slurm-{job_id}.out").read_text()
+
+
+def wait_for(path: Path, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} did not appear within {timeout} s"
+        time.sleep(0.1)
+
+
+def assert_clean(cluster: MiniCluster, job_id: int) -> None:
+    """Nothing of the job runs on any node, and its per-node Ray temp dirs are gone."""
+    assert cluster.wait_no_leftovers() == []
+    assert not Path(f"/tmp/rs-{job_id}").exists(), "the per-node Ray temp dirs were not removed"
