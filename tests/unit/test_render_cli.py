@@ -162,3 +162,23 @@ def test_help_teaches_with_an_example_for_every_command(raysub_cli: RunCli) -> N
         assert result.code == 0
         assert "Example:" in result.stdout
     assert "RAYSUB_GPUS_PER_NODE" in raysub_cli("render", "--help").stdout
+
+
+def test_requeue_and_signal_before_become_sbatch_lines(raysub_cli: RunCli) -> None:
+    result = raysub_cli(
+        "render", "-N", "2", "--requeue", "--signal-before", "120", "--forward-signal", "sigusr2", "--", "x"
+    )
+    assert result.code == 0, result.stderr
+    assert "#SBATCH --requeue" in sbatch_lines(result.stdout)
+    assert "#SBATCH --signal=B:USR2@120" in sbatch_lines(result.stdout)
+    assert "trap 'forward_signal USR2' USR2\n" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "option"),
+    [(["--signal-before", "0"], "--signal-before"), (["--forward-signal", "KILL"], "--forward-signal")],
+)
+def test_bad_signal_options(raysub_cli: RunCli, args: list[str], option: str) -> None:
+    result = raysub_cli("render", "-N", "2", *args, "--", "x")
+    assert (result.code, result.stdout) == (2, "")
+    assert f"'{option}'" in result.stderr
