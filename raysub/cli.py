@@ -6,7 +6,7 @@ Nothing here imports ray at module level, so ``raysub --help`` stays fast.
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 from click.core import ParameterSource
@@ -14,6 +14,9 @@ from click.core import ParameterSource
 from raysub import __version__
 from raysub.profiles import ProfileError, load_profile
 from raysub.spec import Ports, SpecError, spec_from_options
+
+if TYPE_CHECKING:
+    from raysub.jobs import Job
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -199,6 +202,174 @@ def validate(script: Path, strict: bool) -> None:
     if problems:
         sys.exit(1)
     click.echo(f"{script}: ok ({len(checked)} scripts: {', '.join(checked)})")
+
+
+def job_options(func: F) -> F:
+    """JOB and the options that find its LOG_DIR, shared by status, logs and attach."""
+    func = click.option(
+        "--attempt", type=int, help="Which attempt of a requeued job (0 = the first); default the newest."
+    )(func)
+    func = option(
+        "--log-dir",
+        "base",
+        type=click.Path(file_okay=False, path_type=Path),
+        default=Path(),
+        show_default="the current directory",
+        help="The base directory the job's <jobid>-logs directories are in.",
+    )(func)
+    return click.argument("job", required=False)(func)
+
+
+def find_job(job: str | None, base: Path, attempt: int | None) -> "Job":
+    from raysub.jobs import JobNotFound, resolve
+
+    try:
+        return resolve(job, base, attempt)
+    except JobNotFound as error:
+        raise click.UsageError(str(error)) from error
+
+
+@cli.command()
+@job_options
+@click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
+@click.option("--watch", is_flag=True, help="Redraw until the driver starts or the job ends.")
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=2),
+    default=2.0,
+    show_default=True,
+    help="Seconds between redraws.",
+)
+def status(
+    job: str | None, base: Path, attempt: int | None, as_json: bool, watch: bool, interval: float
+) -> None:
+    """Show where JOB stands: Slurm's state, the bring-up phase, who joined, what is missing, why it ended.
+
+    JOB is a job id, a log directory, or nothing for the most recent job under --log-dir. Each refresh
+    asks Slurm once (squeue, then scontrol or sacct) and never runs srun.
+
+    \b
+    Example:
+      raysub status 4711 --json
+      raysub status --watch
+    """
+    import time
+
+    from raysub.slurm import job_state
+    from raysub.status import progress_bar, read_status
+
+    found = find_job(job, base, attempt)
+    while True:
+        current = read_status(found, job_state(found.job_id), time.time())
+        if as_json:
+            click.echo(current.to_json())
+        else:
+            if watch:
+                click.clear()
+                click.echo(progress_bar(current.workers_joined, current.workers_expected))
+            click.echo(current.describe())
+        if not watch or current.phase not in ("queued", "head starting", "workers joining", "cluster ready"):
+            return
+        time.sleep(interval)
+
+
+@cli.command()
+@job_options
+@click.option("--head", is_flag=True, help="The Ray head's log.")
+@click.option("--driver", is_flag=True, help="The driver's log.")
+@click.option("--worker", type=int, metavar="K", help="Worker K's log (ray-worker-K.log).")
+@click.option("--node", metavar="NAME", help="The log of the Ray node on Slurm node NAME.")
+@click.option("--sandbox", is_flag=True, help="The sandbox logs.")
+@click.option(
+    "--follow", "-f", is_flag=True, help="Keep printing new lines (new files too) until the job ends."
+)
+@click.option("--lines", "-n", type=click.IntRange(min=1), help="Only the last N lines of each log.")
+@click.option("--grep", "pattern", metavar="RE", help="Only lines matching this regular expression.")
+def logs(
+    job: str | None,
+    base: Path,
+    attempt: int | None,
+    head: bool,
+    driver: bool,
+    worker: int | None,
+    node: str | None,
+    sandbox: bool,
+    follow: bool,
+    lines: int | None,
+    pattern: str | None,
+) -> None:
+    """Print JOB's logs as one stream, each line tagged: head, w00, w01, ..., sb0, driver.
+
+    Without a choice of log, all of them: the head first, then the workers in order, the sandboxes and
+    the driver. Works while the job runs and after it.
+
+    \b
+    Example:
+      raysub logs 4711 --worker 3 -n 50
+      raysub logs --follow --grep 'ERROR|Traceback'
+    """
+    import re
+
+    from raysub.logs import Selection, follow_logs, show
+    from raysub.slurm import job_state
+    from raysub.status import FINAL_STATES
+
+    found = find_job(job, base, attempt)
+    try:
+        regex = re.compile(pattern) if pattern else None
+    except re.error as error:
+        raise click.BadParameter(str(error), param_hint="'--grep'") from error
+    selection = Selection(head=head, driver=driver, worker=worker, node=node, sandbox=sandbox)
+    if not follow:
+        for line in show(found, selection, lines, regex):
+            click.echo(line)
+        return
+
+    def finished() -> bool:
+        return found.logs.ended.exists() or job_state(found.job_id).state in FINAL_STATES
+
+    for line in follow_logs(found, selection, regex, finished):
+        click.echo(line)
+
+
+@cli.command(context_settings={"ignore_unknown_options": True})
+@job_options
+@click.option("--node", metavar="NAME", help="Attach to this node of the job.")
+@click.option(
+    "--worker",
+    type=int,
+    metavar="K",
+    help="Attach to the node of worker K (the one writing ray-worker-K.log).",
+)
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def attach(
+    job: str | None,
+    base: Path,
+    attempt: int | None,
+    node: str | None,
+    worker: int | None,
+    command: tuple[str, ...],
+) -> None:
+    """Open a shell (or run COMMAND) on a node of running JOB: the head unless --node or --worker.
+
+    Runs srun --overlap --jobid=JOB --pty on that node, inside the job's container when it has one.
+
+    \b
+    Example:
+      raysub attach 4711 --worker 1 -- nvidia-smi
+      raysub attach
+    """
+    import os
+
+    from raysub.attach import command as attach_argv
+    from raysub.jobs import JobNotFound
+
+    found = find_job(job, base, attempt)
+    try:
+        argv = attach_argv(found, node, worker, list(command))
+    except JobNotFound as error:
+        raise click.UsageError(str(error)) from error
+    os.execvp(argv[0], argv)  # noqa: S606 (srun takes over the terminal)
 
 
 def main(args: Sequence[str] | None = None) -> None:

@@ -43,6 +43,12 @@ DRIVER_SCRIPT = "driver_command.sh"
 SANDBOX_SCRIPT = "sandbox.sh"
 ATTACH_SCRIPT = "attach.sh"
 ATTACH_ENV = "attach.env"  # batch script: "<jobid> <head node>", read by attach.sh
+NODE_MAP = "nodes.tsv"  # batch script: "<role>\t<index>\t<node>" per node: head 0, worker 0..N-2
+ROLE_HEAD = "head"
+ROLE_WORKER = "worker"
+CONTAINER_ARGS = (
+    "container_args"  # batch script, with a container: its srun options, one per line (for attach)
+)
 
 # Logs.
 HEAD_LOG = "ray-head.log"
@@ -92,6 +98,15 @@ def template_names() -> dict[str, str]:
 
 
 @dataclass(frozen=True)
+class NodeEntry:
+    """One line of nodes.tsv: the head (index 0) or worker ``index``, and the Slurm node it runs on."""
+
+    role: str
+    index: int
+    node: str
+
+
+@dataclass(frozen=True)
 class LogDir:
     """One attempt's LOG_DIR and every file in it."""
 
@@ -129,3 +144,27 @@ class LogDir:
     @property
     def worker_units(self) -> Path:
         return self.file(WORKER_UNITS)
+
+    def node_map(self) -> list[NodeEntry]:
+        """Which node is the head and which is worker k (empty until the batch script has written it)."""
+        path = self.file(NODE_MAP)
+        if not path.exists():
+            return []
+        entries = []
+        for line in path.read_text().splitlines():
+            role, index, node = line.split("\t")
+            entries.append(NodeEntry(role, int(index), node))
+        return entries
+
+    def log_of(self, entry: NodeEntry, workers: int) -> Path:
+        """The Ray log of a node of the node map."""
+        return self.head_log if entry.role == ROLE_HEAD else self.worker_log(entry.index, workers)
+
+    def container_args(self) -> list[str]:
+        path = self.file(CONTAINER_ARGS)
+        return path.read_text().splitlines() if path.exists() else []
+
+
+def worker_tag(index: int, workers: int) -> str:
+    """The short name of worker ``index`` in merged logs: w00, w01, ... (at least two digits)."""
+    return f"w{index:0{max(2, worker_index_width(workers))}d}"

@@ -47,6 +47,8 @@ def test_killing_a_workers_ray_ends_the_job_fast_naming_the_node(
     assert took <= 10, f"the job took {took:.1f} s to end after the kill"
     ended = logs.ended.read_text()
     assert "node3" in ended, ended
+    status = json.loads(minicluster.run("raysub", "status", "--json", str(logs.path)).stdout)
+    assert (status["phase"], status["ended"]) == ("ended", ended.strip())
     assert_clean(minicluster, job_id)
 
 
@@ -113,6 +115,10 @@ def test_requeue_keeps_every_attempt(minicluster: MiniCluster, slurm_tmp: Path) 
     )
     wait_for(slurm_tmp / "driver_running")
     minicluster.run("scontrol", "requeue", str(job_id))
+    # Slurm holds a requeued job back for two minutes; let it start again as soon as it can.
+    while "JobState=PENDING" not in minicluster.run("scontrol", "-o", "show", "job", str(job_id)).stdout:
+        time.sleep(0.2)
+    minicluster.run("scontrol", "update", f"JobId={job_id}", "StartTime=now")
     result = minicluster.wait(job_id, timeout=300)
     assert (result.state, result.exit_code) == ("COMPLETED", 0), batch_output(slurm_tmp, job_id)
     second = LogDir.of(slurm_tmp, job_id, 1)

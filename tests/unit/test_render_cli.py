@@ -2,8 +2,10 @@
 
 from pathlib import Path
 
+import click
 import pytest
 
+from raysub.cli import cli
 from raysub.validate import extract
 from tests.conftest import RunCli
 
@@ -157,7 +159,9 @@ def test_profile_errors_are_one_line(
 
 
 def test_help_teaches_with_an_example_for_every_command(raysub_cli: RunCli) -> None:
-    for command in ("render", "validate"):
+    assert isinstance(cli, click.Group)
+    assert sorted(cli.commands) == ["attach", "logs", "render", "status", "validate"]
+    for command in cli.commands:
         result = raysub_cli(command, "--help")
         assert result.code == 0
         assert "Example:" in result.stdout

@@ -1,0 +1,116 @@
+"""Every log of a job as one stream, each line tagged with where it came from; optionally followed live."""
+
+import re
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from raysub import protocol
+from raysub.jobs import Job
+
+
+@dataclass(frozen=True)
+class Source:
+    tag: str
+    path: Path
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which logs to show; all of them when nothing is chosen."""
+
+    head: bool = False
+    driver: bool = False
+    worker: int | None = None
+    node: str | None = None
+    sandbox: bool = False
+
+    def everything(self) -> bool:
+        return not (self.head or self.driver or self.sandbox or self.worker is not None or self.node)
+
+
+def _natural(path: Path) -> list[object]:
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", path.name)]
+
+
+def sources(job: Job, selection: Selection) -> list[Source]:
+    """The job's logs that exist now, head first, then workers and sandboxes in natural order, driver last."""
+    logs = job.logs
+    entries = logs.node_map()
+    workers = sum(1 for e in entries if e.role == protocol.ROLE_WORKER)
+    if not workers:  # the node map is not written yet: count the worker logs
+        workers = len(list(logs.path.glob(f"{protocol.WORKER_LOG_PREFIX}*{protocol.LOG_SUFFIX}")))
+    found: list[Source] = []
+    show_all = selection.everything()
+    for entry in entries or [protocol.NodeEntry(protocol.ROLE_HEAD, 0, "")]:
+        is_head = entry.role == protocol.ROLE_HEAD
+        wanted = (
+            show_all
+            or (is_head and selection.head)
+            or (not is_head and selection.worker == entry.index)
+            or (selection.node is not None and selection.node == entry.node)
+        )
+        if wanted:
+            tag = "head" if is_head else protocol.worker_tag(entry.index, workers)
+            found.append(Source(tag, logs.log_of(entry, workers)))
+    if not entries and (show_all or selection.worker is not None):
+        for index in range(workers):
+            if show_all or selection.worker == index:
+                found.append(Source(protocol.worker_tag(index, workers), logs.worker_log(index, workers)))
+    if show_all or selection.sandbox:
+        pattern = f"{protocol.SANDBOX_LOG_PREFIX}*{protocol.LOG_SUFFIX}"
+        for path in sorted(logs.path.glob(pattern), key=_natural):
+            found.append(Source("sb" + path.stem.removeprefix(protocol.SANDBOX_LOG_PREFIX), path))
+    if show_all or selection.driver:
+        found.append(Source("driver", logs.driver_log))
+    return [s for s in found if s.path.exists()]
+
+
+def tagged(source: Source, lines: list[str], width: int) -> Iterator[str]:
+    for line in lines:
+        yield f"{source.tag:<{width}} | {line}"
+
+
+def show(job: Job, selection: Selection, last: int | None, pattern: re.Pattern[str] | None) -> Iterator[str]:
+    """Each selected log in turn: its last ``last`` lines (all with None) that match ``pattern``."""
+    found = sources(job, selection)
+    width = max((len(s.tag) for s in found), default=4)
+    for source in found:
+        lines = source.path.read_text(errors="replace").splitlines()
+        if pattern is not None:
+            lines = [line for line in lines if pattern.search(line)]
+        yield from tagged(source, lines[-last:] if last else lines, width)
+
+
+def follow_logs(
+    job: Job,
+    selection: Selection,
+    pattern: re.Pattern[str] | None,
+    finished: Callable[[], bool],
+    poll: float = 0.5,
+) -> Iterator[str]:
+    """New lines of every selected log as they are written, files created later included, until
+    ``finished()`` says the job is over (then what is left is read once more)."""
+    offsets: dict[Path, int] = {}
+    partial: dict[Path, str] = {}
+    done = False
+    while True:
+        found = sources(job, selection)
+        width = max((len(s.tag) for s in found), default=6)
+        for source in found:
+            with source.path.open("rb") as f:
+                f.seek(offsets.get(source.path, 0))
+                data = f.read()
+            offsets[source.path] = offsets.get(source.path, 0) + len(data)
+            text = partial.pop(source.path, "") + data.decode(errors="replace")
+            lines = text.split("\n")
+            if lines[-1]:
+                partial[source.path] = lines[-1]
+            complete = [line for line in lines[:-1] if pattern is None or pattern.search(line)]
+            yield from tagged(source, complete, width)
+        if done:
+            return
+        done = finished()
+        if not done:
+            time.sleep(poll)

@@ -1,0 +1,150 @@
+"""Where a job stands: Slurm's state plus what its LOG_DIR says (phase, who joined, why it ended)."""
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from raysub import protocol
+from raysub.jobs import Job
+from raysub.slurm import SlurmState
+
+# Slurm states after which nothing of the job runs any more.
+FINAL_STATES = {
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+    "TIMEOUT",
+    "NODE_FAIL",
+    "PREEMPTED",
+    "OUT_OF_MEMORY",
+    "BOOT_FAIL",
+}
+# Phase durations from the timeline: name -> (from phase, to phase).
+SPANS = {
+    "head_start": (protocol.PHASE_JOB_START, protocol.PHASE_HEAD_READY),
+    "workers_join": (protocol.PHASE_HEAD_READY, protocol.PHASE_DRIVER_START),
+    "driver": (protocol.PHASE_DRIVER_START, protocol.PHASE_DRIVER_END),
+    "total": (protocol.PHASE_JOB_START, protocol.PHASE_ENDED),
+}
+
+
+@dataclass
+class Status:
+    job_id: str
+    attempt: int
+    log_dir: str
+    slurm_state: str | None
+    phase: str
+    workers_joined: int
+    workers_expected: int
+    missing_nodes: list[str] = field(default_factory=list)
+    sandboxes_ready: int = 0
+    driver_exit_code: int | None = None
+    ended: str | None = None
+    exit_code: int | None = None
+    durations: dict[str, float] = field(default_factory=dict)
+    since_head_ready: float | None = None
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2)
+
+    def describe(self) -> str:
+        """A few lines for a person."""
+        lines = [
+            f"job {self.job_id} (attempt {self.attempt}): {self.phase}; Slurm: {self.slurm_state or '?'}"
+        ]
+        lines.append(f"workers joined: {self.workers_joined}/{self.workers_expected}")
+        if self.missing_nodes:
+            lines.append(f"missing: {', '.join(self.missing_nodes)}")
+        if self.since_head_ready is not None and self.phase == "workers joining":
+            lines.append(f"{self.since_head_ready:.0f} s since the head was ready")
+        if self.sandboxes_ready:
+            lines.append(f"sandboxes ready: {self.sandboxes_ready}")
+        if self.ended:
+            lines.append(f"ENDED: {self.ended}")
+        if self.durations:
+            lines.append(
+                "durations: "
+                + ", ".join(f"{k.replace('_', ' ')} {v:.1f} s" for k, v in self.durations.items())
+            )
+        lines.append(f"logs: {self.log_dir}")
+        return "\n".join(lines)
+
+
+def timeline(job: Job) -> list[dict[str, Any]]:
+    path = job.logs.file(protocol.TIMELINE)
+    if not path.exists():
+        return []
+    events = []
+    for line in path.read_text().splitlines():
+        try:
+            events.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue  # a line still being written by another node
+    return events
+
+
+def first_times(events: list[dict[str, Any]]) -> dict[str, float]:
+    times: dict[str, float] = {}
+    for event in events:
+        times.setdefault(str(event.get("phase")), float(event.get("t", 0)))
+    return times
+
+
+def read_text(job: Job, name: str) -> str | None:
+    path = job.logs.file(name)
+    return path.read_text().strip() if path.exists() else None
+
+
+def read_status(job: Job, slurm: SlurmState, now: float) -> Status:
+    """Combine Slurm's view with the job's files; ``now`` is the current time (epoch seconds)."""
+    entries = job.logs.node_map()
+    workers = [e.node for e in entries if e.role == protocol.ROLE_WORKER]
+    joined_text = read_text(job, protocol.JOINED_NODES) or ""
+    joined = set(joined_text.split())
+    ended = read_text(job, protocol.ENDED)
+    driver_exit = read_text(job, protocol.DRIVER_EXIT_CODE)
+    head_started = job.logs.started_ray_head.exists()
+    times = first_times(timeline(job))
+
+    if driver_exit is not None:
+        phase = f"finished with exit code {driver_exit}"
+    elif ended is not None:
+        phase = "ended"
+    elif slurm.state in FINAL_STATES:
+        phase = "ended"
+        ended = f"Slurm says {slurm.state} and no node wrote ENDED"
+    elif job.logs.file(protocol.DRIVER_STARTED).exists():
+        phase = "driver running"
+    elif head_started and joined.issuperset(e.node for e in entries):
+        phase = "cluster ready"
+    elif head_started:
+        phase = "workers joining"
+    elif slurm.state == "PENDING":
+        phase = "queued"
+    else:
+        phase = "head starting"
+
+    durations = {name: times[b] - times[a] for name, (a, b) in SPANS.items() if a in times and b in times}
+    ready = times.get(protocol.PHASE_HEAD_READY)
+    return Status(
+        job_id=job.job_id,
+        attempt=job.attempt,
+        log_dir=str(job.logs.path),
+        slurm_state=slurm.state,
+        phase=phase,
+        workers_joined=sum(1 for w in workers if w in joined),
+        workers_expected=len(workers),
+        missing_nodes=[e.node for e in entries if e.node not in joined] if head_started else [],
+        sandboxes_ready=len(list(job.logs.path.glob(f"{protocol.SANDBOX_READY_PREFIX}*"))),
+        driver_exit_code=int(driver_exit) if driver_exit is not None else None,
+        ended=ended,
+        exit_code=slurm.exit_code,
+        durations=durations,
+        since_head_ready=now - ready if ready is not None and driver_exit is None else None,
+    )
+
+
+def progress_bar(done: int, total: int, width: int = 30) -> str:
+    filled = width * done // total if total else width
+    return f"[{'#' * filled}{'.' * (width - filled)}] {done}/{total}"

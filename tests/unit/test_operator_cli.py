@@ -1,0 +1,192 @@
+"""raysub status, logs and attach over LOG_DIRs written in the protocol's format (Slurm answers faked)."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from raysub import protocol
+from raysub.slurm import SlurmState
+from tests.conftest import RunCli
+
+WORKERS = ["node2", "node3", "node4"]
+
+
+def write_attempt(base: Path, name: str, *, driver_done: bool, joined: list[str]) -> Path:
+    logs = base / name
+    logs.mkdir(parents=True)
+    rows = ["head\t0\tnode1", *(f"worker\t{k}\t{n}" for k, n in enumerate(WORKERS))]
+    (logs / protocol.NODE_MAP).write_text("\n".join(rows) + "\n")
+    (logs / protocol.HEAD_LOG).write_text("head line 1\nhead line 2\n")
+    for k in range(len(WORKERS)):
+        (logs / protocol.worker_log_name(k, len(WORKERS))).write_text(f"worker {k} says hi\n")
+    (logs / protocol.STARTED_RAY_HEAD).write_text("198.18.0.11:6379\n")
+    (logs / protocol.JOINED_NODES).write_text("\n".join(["node1", *joined]) + "\n")
+    events = [(100.0, protocol.PHASE_JOB_START), (104.0, protocol.PHASE_HEAD_READY)]
+    if driver_done:
+        (logs / protocol.DRIVER_STARTED).write_text("x\n")
+        (logs / protocol.DRIVER_LOG).write_text("driver out\nTraceback: boom\n")
+        (logs / protocol.DRIVER_EXIT_CODE).write_text("3\n")
+        (logs / protocol.ENDED).write_text("driver exited with status 3\n")
+        events += [
+            (109.0, protocol.PHASE_DRIVER_START),
+            (120.0, protocol.PHASE_DRIVER_END),
+            (120.5, protocol.PHASE_ENDED),
+        ]
+    lines = [json.dumps({"t": t, "phase": p, "node": "node1", "detail": ""}) for t, p in events]
+    (logs / protocol.TIMELINE).write_text("\n".join(lines) + "\n")
+    return logs
+
+
+@pytest.fixture
+def base(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    write_attempt(tmp_path, "4711-logs", driver_done=True, joined=WORKERS)
+    write_attempt(tmp_path, "4711-1-logs", driver_done=False, joined=["node2", "node4"])
+    write_attempt(tmp_path, "4700-logs", driver_done=True, joined=WORKERS)
+    (tmp_path / protocol.LATEST).symlink_to("4711-1-logs")
+    monkeypatch.setattr("raysub.slurm.job_state", lambda job_id: SlurmState("RUNNING", None, "test"))
+    return tmp_path
+
+
+def status_json(raysub_cli: RunCli, *args: str) -> dict[str, object]:
+    result = raysub_cli("status", "--json", *args)
+    assert result.code == 0, result.stderr
+    parsed: dict[str, object] = json.loads(result.stdout)
+    return parsed
+
+
+def test_status_of_the_most_recent_job_follows_latest(raysub_cli: RunCli, base: Path) -> None:
+    status = status_json(raysub_cli, "--log-dir", str(base))
+    assert (status["job_id"], status["attempt"], status["phase"]) == ("4711", 1, "workers joining")
+    assert (status["workers_joined"], status["workers_expected"]) == (2, 3)
+    assert status["missing_nodes"] == ["node3"]
+
+
+def test_status_by_job_id_picks_the_newest_attempt_or_the_one_asked_for(
+    raysub_cli: RunCli, base: Path
+) -> None:
+    assert status_json(raysub_cli, "4711", "--log-dir", str(base))["attempt"] == 1
+    first = status_json(raysub_cli, "4711", "--log-dir", str(base), "--attempt", "0")
+    assert first["phase"] == "finished with exit code 3"
+    assert first["ended"] == "driver exited with status 3"
+    assert first["durations"] == {"head_start": 4.0, "workers_join": 5.0, "driver": 11.0, "total": 20.5}
+
+
+def test_status_by_directory(raysub_cli: RunCli, base: Path) -> None:
+    assert status_json(raysub_cli, str(base / "4700-logs"))["job_id"] == "4700"
+
+
+def test_most_recent_without_latest_is_the_newest_directory(raysub_cli: RunCli, base: Path) -> None:
+    (base / protocol.LATEST).unlink()
+    newest = base / "4700-logs"
+    newest.touch()
+    assert status_json(raysub_cli, "--log-dir", str(base))["job_id"] == "4700"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["9999"], ["4711", "--attempt", "7"], ["/nonexistent/12-logs"], ["--log-dir", "/nonexistent"]],
+)
+def test_unknown_jobs_are_one_line_and_exit_2(raysub_cli: RunCli, base: Path, args: list[str]) -> None:
+    if args[0] in ("9999", "4711"):
+        args = [*args, "--log-dir", str(base)]
+    for command in ("status", "logs", "attach"):
+        result = raysub_cli(command, *args)
+        assert (result.code, result.stdout) == (2, ""), (command, result)
+        assert result.stderr.count("\n") == 1
+
+
+def test_status_text_names_what_is_missing(raysub_cli: RunCli, base: Path) -> None:
+    result = raysub_cli("status", "--log-dir", str(base))
+    assert result.code == 0
+    assert "job 4711 (attempt 1): workers joining; Slurm: RUNNING" in result.stdout
+    assert "workers joined: 2/3" in result.stdout
+    assert "missing: node3" in result.stdout
+
+
+def test_logs_merge_every_log_with_tags_in_order(raysub_cli: RunCli, base: Path) -> None:
+    result = raysub_cli("logs", "4711", "--attempt", "0", "--log-dir", str(base))
+    assert result.code == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "head   | head line 1",
+        "head   | head line 2",
+        "w00    | worker 0 says hi",
+        "w01    | worker 1 says hi",
+        "w02    | worker 2 says hi",
+        "driver | driver out",
+        "driver | Traceback: boom",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--head"], ["head | head line 1", "head | head line 2"]),
+        (["--driver", "-n", "1"], ["driver | Traceback: boom"]),
+        (["--worker", "1"], ["w01 | worker 1 says hi"]),
+        (["--node", "node4"], ["w02 | worker 2 says hi"]),
+        (["--grep", "boom|line 2"], ["head   | head line 2", "driver | Traceback: boom"]),
+        (["--sandbox"], []),
+    ],
+)
+def test_logs_selection(raysub_cli: RunCli, base: Path, args: list[str], expected: list[str]) -> None:
+    result = raysub_cli("logs", "4711", "--attempt", "0", "--log-dir", str(base), *args)
+    assert result.code == 0, result.stderr
+    assert result.stdout.splitlines() == expected
+
+
+def test_logs_follow_stops_when_the_job_has_ended(raysub_cli: RunCli, base: Path) -> None:
+    result = raysub_cli("logs", "4711", "--attempt", "0", "--log-dir", str(base), "--follow", "--head")
+    assert result.stdout.splitlines() == ["head | head line 1", "head | head line 2"]
+
+
+def test_logs_bad_regex_is_a_usage_error(raysub_cli: RunCli, base: Path) -> None:
+    result = raysub_cli("logs", "--log-dir", str(base), "--grep", "(")
+    assert result.code == 2
+    assert "'--grep'" in result.stderr
+
+
+def test_attach_builds_srun_onto_the_chosen_node(base: Path) -> None:
+    from raysub.attach import command
+    from raysub.jobs import resolve
+
+    job = resolve("4711", base)
+    head = ["srun", "--overlap", "--jobid=4711", "--nodes=1", "--ntasks=1"]
+    assert command(job, None, None, []) == [*head, "--nodelist=node1", "--pty", "bash", "-l"]
+    assert command(job, None, 1, ["hostname"]) == [*head, "--nodelist=node3", "--pty", "hostname"]
+    assert command(job, "node4", None, ["id"])[5] == "--nodelist=node4"
+    (job.logs.path / protocol.CONTAINER_ARGS).write_text("--container-image=img\n--container-name=raysub\n")
+    assert command(job, None, None, ["x"])[6:] == [
+        "--pty",
+        "--container-image=img",
+        "--container-name=raysub",
+        "x",
+    ]
+
+
+def test_attach_to_a_worker_the_job_does_not_have(raysub_cli: RunCli, base: Path) -> None:
+    result = raysub_cli("attach", "4711", "--log-dir", str(base), "--worker", "9", "--", "hostname")
+    assert result.code == 2
+    assert "has no worker 9" in result.stderr
+
+
+def test_status_watch_redraws_until_the_driver_starts(
+    raysub_cli: RunCli, base: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sleeps: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        (base / "4711-1-logs" / protocol.DRIVER_STARTED).write_text("x\n")
+
+    monkeypatch.setattr("time.sleep", sleep)
+    result = raysub_cli("status", "--log-dir", str(base), "--watch", "--interval", "3")
+    assert result.code == 0, result.stderr
+    assert sleeps == [3.0]
+    assert "[" + "#" * 20 + "." * 10 + "] 2/3" in result.stdout
+    assert "driver running" in result.stdout
+
+
+def test_status_interval_below_two_seconds_is_refused(raysub_cli: RunCli, base: Path) -> None:
+    result = raysub_cli("status", "--log-dir", str(base), "--watch", "--interval", "0.5")
+    assert result.code == 2
