@@ -46,9 +46,8 @@ ATTACH_ENV = "attach.env"  # batch script: "<jobid> <head node>", read by attach
 NODE_MAP = "nodes.tsv"  # batch script: "<role>\t<index>\t<node>" per node: head 0, worker 0..N-2
 ROLE_HEAD = "head"
 ROLE_WORKER = "worker"
-CONTAINER_ARGS = (
-    "container_args"  # batch script, with a container: its srun options, one per line (for attach)
-)
+# batch script, with a container: the steps' pyxis options, one per line, for raysub attach
+CONTAINER_ARGS = "container_srun_options"
 
 # Logs.
 HEAD_LOG = "ray-head.log"
