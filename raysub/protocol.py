@@ -83,10 +83,6 @@ def sandbox_log_pattern() -> str:
     return f"{SANDBOX_LOG_PREFIX}%t{LOG_SUFFIX}"
 
 
-def sandbox_ready_name(host: str) -> str:
-    return f"{SANDBOX_READY_PREFIX}{host}"
-
-
 def template_names() -> dict[str, str]:
     """Every protocol name, for the templates (``files.ENDED`` and so on)."""
     return {
@@ -128,9 +124,6 @@ class LogDir:
 
     def worker_log(self, index: int, workers: int) -> Path:
         return self.file(worker_log_name(index, workers))
-
-    def sandbox_ready(self, host: str) -> Path:
-        return self.file(sandbox_ready_name(host))
 
     @property
     def ended(self) -> Path:

@@ -5,6 +5,7 @@ import json
 import shlex
 import subprocess
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ import pytest
 from raysub import protocol
 from raysub.protocol import LogDir
 from tests.support.minicluster import MiniCluster
-from tests.support.raysub_jobs import assert_clean, batch_output, run_job
+from tests.support.raysub_jobs import assert_clean, batch_output, run_job, submit
 
 pytestmark = pytest.mark.slurm
 
@@ -103,3 +104,39 @@ def test_rendered_scripts_are_what_validate_extracts(minicluster: MiniCluster, s
         assert logs.file(script.name).read_text() == script.text, script.name
     subprocess.run(["bash", "-n", str(logs.file(protocol.HEAD_SCRIPT))], check=True)
     assert shlex.split(logs.file(protocol.DRIVER_SCRIPT).read_text().splitlines()[-1]) == ["exec", "true"]
+
+
+def test_sandbox_on_every_node_is_ready_before_the_driver(minicluster: MiniCluster, slurm_tmp: Path) -> None:
+    serve = "exec python3 -m http.server 8500 --bind 0.0.0.0"
+    check = "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:8500/').status)"
+    result, logs = run_job(
+        minicluster,
+        slurm_tmp,
+        ["--nodes", "2", "--gpus-per-node", "0", "--sandbox-command", serve, "--sandbox-port", "8500", "--",
+         "python", "-c", check],
+    )  # fmt: skip
+    assert (result.state, result.exit_code) == ("COMPLETED", 0), batch_output(slurm_tmp, result.job_id)
+    assert logs.driver_log.read_text().strip().endswith("200")
+    ready = sorted(p.name for p in logs.path.glob(f"{protocol.SANDBOX_READY_PREFIX}*"))
+    assert ready == [f"{protocol.SANDBOX_READY_PREFIX}node1", f"{protocol.SANDBOX_READY_PREFIX}node2"]
+    assert minicluster.steps(result.job_id) == 3
+    assert_clean(minicluster, result.job_id)
+
+
+def test_interactive_job_stays_up_and_attach_sh_reaches_the_head(
+    minicluster: MiniCluster, slurm_tmp: Path
+) -> None:
+    job_id, logs = submit(minicluster, slurm_tmp, ["--nodes", "2", "--gpus-per-node", "0"])
+    try:
+        deadline = time.monotonic() + 90
+        while "cluster ready" not in (logs.head_log.read_text() if logs.head_log.exists() else ""):
+            assert time.monotonic() < deadline, "the interactive cluster did not come up"
+            time.sleep(0.2)
+        attached = minicluster.run("bash", str(logs.file(protocol.ATTACH_SCRIPT)), "hostname")
+        assert attached.stdout.strip() == "node1"
+        assert minicluster.is_queued(job_id)
+    finally:
+        minicluster.run("scancel", str(job_id))
+    minicluster.wait(job_id)
+    assert "SIGTERM" in logs.ended.read_text()
+    assert_clean(minicluster, job_id)
