@@ -105,3 +105,14 @@ wait_node() {
   run grep -c '^start ' "$FAKE_RAY_LOG"
   assert_output "1"
 }
+
+@test "a failing --setup ends the job at once, naming the node" {
+  render_node_scripts --nodes 2 --gpus-per-node 0 --interface lo --ray-temp-dir '/tmp/rb%j/%n' \
+    --setup 'false' -- true
+  printf '10.0.0.1:7379\n' >"${LOG_DIR}/STARTED_RAY_HEAD"
+  start_node worker.sh
+  wait_node
+  assert_failure 1
+  assert_equal "$(cat "${LOG_DIR}/ENDED")" "worker 1 on nodeA: --setup failed with status 1"
+  assert_equal "$(cat "$FAKE_RAY_LOG")" ""
+}
