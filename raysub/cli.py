@@ -5,6 +5,7 @@ Nothing here imports ray at module level, so ``raysub --help`` stays fast.
 
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -13,7 +14,11 @@ from click.core import ParameterSource
 
 from raysub import __version__
 from raysub.profiles import ProfileError, load_profile
-from raysub.spec import Ports, SpecError, spec_from_options
+from raysub.spec import JobSpec, Ports, Sandbox, SpecError, spec_from_options
+
+# Built-in defaults come from the spec itself, so the command line and the library cannot disagree.
+SPEC_DEFAULT = {f.name: f.default for f in fields(JobSpec)}
+SANDBOX_DEFAULT = {f.name: f.default for f in fields(Sandbox)}
 
 if TYPE_CHECKING:
     from raysub.jobs import Job
@@ -76,18 +81,23 @@ def cli() -> None:
 @option(
     "--nodes", "-N", type=int, help="Nodes in the job (>= 1); the first runs the Ray head and the driver."
 )
-@option("--gpus-per-node", type=int, default=8, help="GPUs per node (0 allowed); Ray advertises this many.")
+@option(
+    "--gpus-per-node",
+    type=int,
+    default=SPEC_DEFAULT["gpus_per_node"],
+    help="GPUs per node (0 allowed); Ray advertises this many.",
+)
 @option(
     "--gpu-request/--no-gpu-request",
-    default=True,
+    default=SPEC_DEFAULT["gpu_request"],
     help="Ask Slurm for the GPUs; --no-gpu-request for sites that give whole nodes without GPU GRES.",
 )
 @option("--cpus-per-task", type=int, help="CPUs for each node's Ray (also Ray's --num-cpus).")
 @option("--partition", "-p", help="Slurm partition.")
 @option("--account", "-A", help="Slurm account.")
 @option("--time", "-t", help="Time limit, as sbatch takes it (30, 4:00:00, 1-12).")
-@option("--job-name", "-J", default="raysub", help="Slurm job name.")
-@option("--exclusive/--no-exclusive", default=True, help="Whole nodes for the job.")
+@option("--job-name", "-J", default=SPEC_DEFAULT["job_name"], help="Slurm job name.")
+@option("--exclusive/--no-exclusive", default=SPEC_DEFAULT["exclusive"], help="Whole nodes for the job.")
 @option(
     "--sbatch-arg", "sbatch_args", multiple=True, help="Extra #SBATCH option, e.g. --qos=high (repeatable)."
 )
@@ -103,7 +113,7 @@ def cli() -> None:
 @option("--env", "env", multiple=True, metavar="KEY=VALUE", help="Exported on every node and for the driver.")
 @option(
     "--ray-temp-dir",
-    default="/tmp/rs-%j/%n",
+    default=SPEC_DEFAULT["ray_temp_dir"],
     help="Ray's temp dir on each node; %j is the job id, %n the node name. Short: Ray's sockets live in it.",
 )
 @option("--ray-start-arg", "ray_start_args", multiple=True, help="Extra 'ray start' option (repeatable).")
@@ -112,15 +122,33 @@ def cli() -> None:
     "--interface", help="Take each node's IP from this network interface; default the node name's address."
 )
 @option("--dedicated-head", is_flag=True, help="The head node advertises no GPUs, so no work lands there.")
-@option("--head-retries", type=int, default=2, help="Extra attempts to start the Ray head.")
-@option("--worker-retries", type=int, default=2, help="Extra attempts for each worker's ray start.")
-@option("--head-timeout", type=int, default=300, help="Seconds for the head to become ready, per attempt.")
 @option(
-    "--workers-timeout", type=int, default=600, help="Seconds for all workers to join once the head is up."
+    "--head-retries",
+    type=int,
+    default=SPEC_DEFAULT["head_retries"],
+    help="Extra attempts to start the Ray head.",
+)
+@option(
+    "--worker-retries",
+    type=int,
+    default=SPEC_DEFAULT["worker_retries"],
+    help="Extra attempts for each worker's ray start.",
+)
+@option(
+    "--head-timeout",
+    type=int,
+    default=SPEC_DEFAULT["head_timeout"],
+    help="Seconds for the head to become ready, per attempt.",
+)
+@option(
+    "--workers-timeout",
+    type=int,
+    default=SPEC_DEFAULT["workers_timeout"],
+    help="Seconds for all workers to join once the head is up.",
 )
 @option(
     "--requeue/--no-requeue",
-    default=False,
+    default=SPEC_DEFAULT["requeue"],
     help="Let Slurm requeue the job; each attempt gets its own LOG_DIR.",
 )
 @option(
@@ -131,7 +159,7 @@ def cli() -> None:
 )
 @option(
     "--forward-signal",
-    default="USR1",
+    default=SPEC_DEFAULT["forward_signal"],
     help="The signal passed on to the driver's process group (preemption or time-limit warning).",
 )
 @option("--sandbox-command", help="Sidecar command (e.g. a code-execution server) started on sandbox nodes.")
@@ -140,10 +168,15 @@ def cli() -> None:
 @option(
     "--sandbox-nodes",
     type=click.Choice(["all", "1"]),
-    default="all",
+    default=SANDBOX_DEFAULT["nodes"],
     help="Sandbox on every node or the head.",
 )
-@option("--sandbox-timeout", type=int, default=300, help="Seconds for every sandbox to answer.")
+@option(
+    "--sandbox-timeout",
+    type=int,
+    default=SANDBOX_DEFAULT["timeout"],
+    help="Seconds for every sandbox to answer.",
+)
 @option(
     "--profile", help="Take defaults from [profiles.NAME] in ./raysub.toml or ~/.config/raysub/raysub.toml."
 )

@@ -4,6 +4,7 @@ import time
 from pathlib import Path
 
 from raysub.protocol import LogDir
+from raysub.spec import JobSpec
 from tests.support.minicluster import JobResult, MiniCluster
 
 
@@ -37,4 +38,5 @@ def wait_for(path: Path, timeout: float = 90) -> None:
 def assert_clean(cluster: MiniCluster, job_id: int) -> None:
     """Nothing of the job runs on any node, and its per-node Ray temp dirs are gone."""
     assert cluster.wait_no_leftovers() == []
-    assert not Path(f"/tmp/rs-{job_id}").exists(), "the per-node Ray temp dirs were not removed"
+    job_temp = Path(JobSpec(nodes=1).ray_temp_dir.replace("%j", str(job_id))).parent
+    assert not job_temp.exists(), "the per-node Ray temp dirs were not removed"
