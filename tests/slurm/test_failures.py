@@ -9,7 +9,7 @@ import pytest
 from raysub import protocol
 from raysub.protocol import LogDir
 from tests.support.minicluster import MiniCluster
-from tests.support.raysub_jobs import assert_clean, batch_output, run_job, submit, wait_for
+from tests.support.raysub_jobs import assert_clean, job_report, run_job, submit, wait_for
 
 pytestmark = pytest.mark.slurm
 
@@ -115,12 +115,14 @@ def test_requeue_keeps_every_attempt(minicluster: MiniCluster, slurm_tmp: Path) 
     )
     wait_for(slurm_tmp / "driver_running")
     minicluster.run("scontrol", "requeue", str(job_id))
-    # Slurm holds a requeued job back for two minutes; let it start again as soon as it can.
+    # Slurm holds a requeued job back for two minutes; let it start again after two seconds. Not at once:
+    # slurmd revoked the job's credential when it killed the first attempt, and a new credential from the
+    # same second counts as revoked, so the launch fails and the job ends FAILED without running.
     while "JobState=PENDING" not in minicluster.run("scontrol", "-o", "show", "job", str(job_id)).stdout:
         time.sleep(0.2)
-    minicluster.run("scontrol", "update", f"JobId={job_id}", "StartTime=now")
+    minicluster.run("scontrol", "update", f"JobId={job_id}", "StartTime=now+2")
     result = minicluster.wait(job_id, timeout=300)
-    assert (result.state, result.exit_code) == ("COMPLETED", 0), batch_output(slurm_tmp, job_id)
+    assert (result.state, result.exit_code) == ("COMPLETED", 0), job_report(minicluster, slurm_tmp, job_id)
     second = LogDir.of(slurm_tmp, job_id, 1)
     assert "SIGTERM" in first.ended.read_text()
     assert second.ended.read_text() == "driver exited with status 0\n"

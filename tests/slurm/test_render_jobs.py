@@ -13,7 +13,7 @@ import pytest
 from raysub import protocol
 from raysub.protocol import LogDir
 from tests.support.minicluster import MiniCluster
-from tests.support.raysub_jobs import assert_clean, batch_output, run_job, submit
+from tests.support.raysub_jobs import assert_clean, batch_output, job_report, run_job, submit
 
 pytestmark = pytest.mark.slurm
 
@@ -89,7 +89,9 @@ def test_argv_and_log_dir_survive_hostile_characters(minicluster: MiniCluster, s
             *HOSTILE,
         ],
     )
-    assert (result.state, result.exit_code) == ("COMPLETED", 0), batch_output(slurm_tmp, result.job_id)
+    assert (result.state, result.exit_code) == ("COMPLETED", 0), job_report(
+        minicluster, slurm_tmp, result.job_id
+    )
     logs = LogDir.of(base, result.job_id)
     assert json.loads(logs.driver_log.read_text()) == HOSTILE
     assert_clean(minicluster, result.job_id)
@@ -115,7 +117,9 @@ def test_sandbox_on_every_node_is_ready_before_the_driver(minicluster: MiniClust
         ["--nodes", "2", "--gpus-per-node", "0", "--sandbox-command", serve, "--sandbox-port", "8500", "--",
          "python", "-c", check],
     )  # fmt: skip
-    assert (result.state, result.exit_code) == ("COMPLETED", 0), batch_output(slurm_tmp, result.job_id)
+    assert (result.state, result.exit_code) == ("COMPLETED", 0), job_report(
+        minicluster, slurm_tmp, result.job_id
+    )
     assert logs.driver_log.read_text().strip().endswith("200")
     ready = sorted(p.name for p in logs.path.glob(f"{protocol.SANDBOX_READY_PREFIX}*"))
     assert ready == [f"{protocol.SANDBOX_READY_PREFIX}node1", f"{protocol.SANDBOX_READY_PREFIX}node2"]

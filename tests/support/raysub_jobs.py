@@ -3,6 +3,7 @@
 import time
 from pathlib import Path
 
+from raysub import protocol
 from raysub.protocol import LogDir
 from raysub.spec import JobSpec
 from tests.support.minicluster import JobResult, MiniCluster
@@ -26,6 +27,21 @@ def run_job(cluster: MiniCluster, workdir: Path, render_args: list[str]) -> tupl
 
 def batch_output(workdir: Path, job_id: int) -> str:
     return (workdir / f"slurm-{job_id}.out").read_text()
+
+
+def job_report(cluster: MiniCluster, workdir: Path, job_id: int) -> str:
+    """Everything that explains how a job ended: for assertion messages of tests that expect success."""
+    parts = [f"--- slurm-{job_id}.out\n{batch_output(workdir, job_id)}"]
+    parts.append(cluster.run("scontrol", "-o", "show", "job", str(job_id), check=False).stdout)
+    for log_dir in sorted(workdir.glob(f"{job_id}*{protocol.LOG_DIR_SUFFIX}")):
+        for name in (protocol.ENDED, protocol.TIMELINE):
+            path = log_dir / name
+            if path.exists():
+                parts.append(f"--- {log_dir.name}/{name}\n{path.read_text()}")
+    controller = cluster.run_dir / "log" / "slurmctld.log"
+    lines = [line for line in controller.read_text().splitlines() if f"JobId={job_id}" in line]
+    parts.append("--- slurmctld.log\n" + "\n".join(lines[-40:]))
+    return "\n".join(parts)
 
 
 def wait_for(path: Path, timeout: float = 90) -> None:
