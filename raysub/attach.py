@@ -17,6 +17,17 @@ def target_node(job: Job, node: str | None, worker: int | None) -> str:
     raise JobNotFound(f"job {job.job_id} has no {name} in {job.logs.file(protocol.NODE_MAP)}")
 
 
+def ray_environment(job: Job) -> dict[str, str]:
+    """What a shell on the job's nodes needs to talk to its Ray: the address and, when the job made one,
+    the token (by path: the token itself never enters an environment that ps or /proc could show)."""
+    env = {"RAY_AUTH_MODE": "disabled"}
+    if job.logs.auth_token.exists():
+        env = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(job.logs.auth_token)}
+    if job.logs.started_ray_head.exists():
+        env["RAY_ADDRESS"] = job.logs.started_ray_head.read_text().strip()
+    return env
+
+
 def command(job: Job, node: str | None, worker: int | None, argv: list[str]) -> list[str]:
     """The srun command line that attaches to the chosen node, in the job's container if it has one."""
     return attach_command(job.job_id, target_node(job, node, worker), job.logs.container_args(), argv)

@@ -178,6 +178,27 @@ def cli() -> None:
     help="Seconds for every sandbox to answer.",
 )
 @option(
+    "--auth",
+    type=click.Choice(["token", "none"]),
+    default=SPEC_DEFAULT["auth"],
+    help="Ray token authentication: a random per-job token in LOG_DIR/.ray-auth/token (0600) that every "
+    "node, the driver and raysub's commands use. 'none' lets anyone who reaches the head run code as you.",
+)
+@option(
+    "--dashboard/--no-dashboard",
+    default=SPEC_DEFAULT["dashboard"],
+    help="Run Ray's dashboard (and its Jobs API) on the head.",
+)
+@option(
+    "--dashboard-host",
+    help="Address the dashboard binds to; default the head's cluster address (never 0.0.0.0 unless asked).",
+)
+@option(
+    "--log-mode",
+    default=SPEC_DEFAULT["log_mode"],
+    help="Mode of each LOG_DIR (octal); the scripts in it are always 0700, and no o+w is allowed.",
+)
+@option(
     "--profile", help="Take defaults from [profiles.NAME] in ./raysub.toml or ~/.config/raysub/raysub.toml."
 )
 @click.option(
@@ -205,9 +226,16 @@ def render(ctx: click.Context, /, output: Path | None, **values: Any) -> None:
     apply_profile(ctx, values.pop("profile"))
     values.update({k: v for k, v in ctx.params.items() if k in values})
     try:
-        script = render_script(spec_from_options(values))
+        spec = spec_from_options(values)
+        script = render_script(spec)
     except SpecError as error:
         raise click.BadParameter(error.message, param_hint=f"'{error.option}'") from error
+    if spec.auth == "none":
+        click.echo(
+            "raysub: warning: --auth none: anyone who can reach the head's ports can run code as you "
+            "in this job (docs/security.md)",
+            err=True,
+        )
     if output is None:
         click.echo(script, nl=False)
     else:
@@ -385,7 +413,8 @@ def attach(
 ) -> None:
     """Open a shell (or run COMMAND) on a node of running JOB: the head unless --node or --worker.
 
-    Runs srun --overlap --jobid=JOB --pty on that node, inside the job's container when it has one.
+    Runs srun --overlap --jobid=JOB --pty on that node, inside the job's container when it has one,
+    with RAY_ADDRESS set and, for a job with --auth token, the path of its Ray token.
 
     \b
     Example:
@@ -395,6 +424,7 @@ def attach(
     import os
 
     from raysub.attach import command as attach_argv
+    from raysub.attach import ray_environment
     from raysub.jobs import JobNotFound
 
     found = find_job(job, base, attempt)
@@ -402,7 +432,7 @@ def attach(
         argv = attach_argv(found, node, worker, list(command))
     except JobNotFound as error:
         raise click.UsageError(str(error)) from error
-    os.execvp(argv[0], argv)  # noqa: S606 (srun takes over the terminal)
+    os.execvpe(argv[0], argv, {**os.environ, **ray_environment(found)})  # noqa: S606 (srun takes the terminal)
 
 
 def main(args: Sequence[str] | None = None) -> None:

@@ -49,6 +49,12 @@ ROLE_WORKER = "worker"
 # batch script, with a container: the steps' pyxis options, one per line, for raysub attach
 CONTAINER_ARGS = "container_srun_options"
 
+# Ray token authentication (--auth token): the batch script writes a random per-job token here, the
+# directory 0700 and the file 0600, before any step starts. Every node, the driver and raysub's own
+# commands read it through RAY_AUTH_TOKEN_PATH; nobody else on the cluster can.
+AUTH_DIR = ".ray-auth"
+AUTH_TOKEN = ".ray-auth/token"  # noqa: S105 (a file name, not a secret)
+
 # Logs.
 HEAD_LOG = "ray-head.log"
 SRUN_LOG_PREFIX = "srun-"  # srun's own messages for each step ("srun-workers.log"), e.g. which task died
@@ -128,6 +134,10 @@ class LogDir:
     @property
     def ended(self) -> Path:
         return self.file(ENDED)
+
+    @property
+    def auth_token(self) -> Path:
+        return self.file(AUTH_TOKEN)
 
     @property
     def started_ray_head(self) -> Path:

@@ -35,6 +35,26 @@ def shell_quote(value: object) -> str:
     return shlex.quote(str(value))
 
 
+# Values sbatch reads from an '#SBATCH' line as they are; anything else goes in double quotes.
+_SBATCH_PLAIN = re.compile(r"[A-Za-z0-9_@%+=:,./-]+")
+
+
+def sbatch_quote(value: object) -> str:
+    """``value`` as one argument of an '#SBATCH' line. sbatch's own parser (not bash) reads these lines:
+    it takes a backslash as an escape everywhere, quoted or not, and ends the line at a newline, which
+    JobSpec.check refuses."""
+    text = str(value)
+    if _SBATCH_PLAIN.fullmatch(text):
+        return text
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def sbatch_arg(arg: str) -> str:
+    """A passthrough '--option=value' with its value quoted for the '#SBATCH' line."""
+    option, sep, value = arg.partition("=")
+    return f"{option}{sep}{sbatch_quote(value)}" if sep else option
+
+
 @cache
 def environment() -> jinja2.Environment:
     # The output is bash, not HTML: escaping is shell quoting, done by the shq filter.
@@ -50,6 +70,8 @@ def environment() -> jinja2.Environment:
         comment_end_string="#>",
     )
     env.filters["shq"] = shell_quote
+    env.filters["sbq"] = sbatch_quote
+    env.filters["sbatch_arg"] = sbatch_arg
     return env
 
 

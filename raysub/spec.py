@@ -19,6 +19,10 @@ _SLURM_WORD = re.compile(r"[^\s#'\"\\]+")
 _SLURM_TIME = re.compile(r"(\d+-)?\d+(:\d+){0,2}|\d+-\d+|UNLIMITED|INFINITE", re.IGNORECASE)
 FORWARDABLE_SIGNALS = ("USR1", "USR2", "INT", "HUP", "QUIT")
 _INTERFACE = re.compile(r"[A-Za-z0-9_.:@-]{1,15}")
+_HOST = re.compile(r"[A-Za-z0-9_.:-]{1,253}")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_MODE = re.compile(r"0?[0-7]{3}")
+AUTH_MODES = ("token", "none")
 
 
 class SpecError(ValueError):
@@ -107,6 +111,10 @@ class JobSpec:
     requeue: bool = False
     signal_before: int | None = None
     forward_signal: str = "USR1"
+    auth: Literal["token", "none"] = "token"
+    dashboard: bool = True
+    dashboard_host: str | None = None
+    log_mode: str = "0750"
 
     @property
     def workers(self) -> int:
@@ -128,6 +136,11 @@ class JobSpec:
         return self.head_gpus + self.workers * self.gpus_per_node
 
     @property
+    def log_dir_mode(self) -> str:
+        """--log-mode as four octal digits (after check)."""
+        return f"{int(self.log_mode, 8):04o}"
+
+    @property
     def sandbox_nodes(self) -> int:
         if self.sandbox is None:
             return 0
@@ -144,13 +157,19 @@ class JobSpec:
         for option, value in (("--partition", self.partition), ("--account", self.account)):
             if value is not None and not _SLURM_WORD.fullmatch(value):
                 raise SpecError(option, f"{value!r} is not a Slurm name (no spaces, quotes or '#')")
-        if not _SLURM_WORD.fullmatch(self.job_name):
-            raise SpecError("--job-name", f"{self.job_name!r} has spaces, quotes or '#'")
+        # Header values end up on '#SBATCH' comment lines: a newline there would start a line of bash.
+        if not self.job_name or _CONTROL.search(self.job_name):
+            raise SpecError("--job-name", f"{self.job_name!r} is empty or has a newline or control character")
         if self.time is not None and not _SLURM_TIME.fullmatch(self.time):
             raise SpecError("--time", f"{self.time!r} is not a Slurm time such as 30, 4:00:00 or 1-12")
         for arg in self.sbatch_args:
-            if not arg.startswith("-") or "\n" in arg:
-                raise SpecError("--sbatch-arg", f"{arg!r} must be one sbatch option such as --qos=high")
+            option = arg.partition("=")[0]
+            if not arg.startswith("-") or _CONTROL.search(arg) or re.search(r"\s", option):
+                raise SpecError(
+                    "--sbatch-arg",
+                    f"{arg!r} must be one sbatch option such as --qos=high, on one line, "
+                    "with its value after '='",
+                )
         for key, _ in self.env:
             if not _ENV_NAME.fullmatch(key):
                 raise SpecError("--env", f"{key!r} is not a variable name")
@@ -181,12 +200,39 @@ class JobSpec:
             )
         self.ports.check()
         self._check_temp_dir()
+        self._check_security()
         if self.sandbox is not None:
             if not 1 <= self.sandbox.port <= 65535:
                 raise SpecError("--sandbox-port", f"{self.sandbox.port} is not a port")
             if self.sandbox.timeout < 1:
                 raise SpecError("--sandbox-timeout", "must be at least 1 second")
         return self
+
+    def _check_security(self) -> None:
+        if self.auth not in AUTH_MODES:
+            raise SpecError("--auth", f"must be one of {', '.join(AUTH_MODES)}, not {self.auth!r}")
+        if self.dashboard_host is not None:
+            if not self.dashboard:
+                raise SpecError("--dashboard-host", "has no dashboard to bind with --no-dashboard")
+            if not _HOST.fullmatch(self.dashboard_host):
+                raise SpecError("--dashboard-host", f"{self.dashboard_host!r} is not a host name or address")
+        if not _MODE.fullmatch(self.log_mode):
+            raise SpecError("--log-mode", f"{self.log_mode!r} is not an octal mode such as 0750")
+        mode = int(self.log_mode, 8)
+        if mode & 0o700 != 0o700:
+            raise SpecError("--log-mode", f"{self.log_mode}: the job's own user needs rwx (0700) on its logs")
+        if mode & 0o002:
+            raise SpecError(
+                "--log-mode",
+                f"{self.log_mode}: a world-writable log directory lets anyone "
+                "replace the scripts the nodes run",
+            )
+        if self.log_dir is not None and re.search(r"[%\\\x00-\x1f\x7f]", self.log_dir):
+            raise SpecError(
+                "--log-dir",
+                f"{self.log_dir!r}: srun's --output reads % and backslash as patterns, and newlines "
+                "break Slurm's files; choose a path without them",
+            )
 
     def _check_temp_dir(self) -> None:
         path = self.ray_temp_dir

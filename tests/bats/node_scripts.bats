@@ -7,7 +7,7 @@ setup() {
   export RAYSUB_LOG_DIR=$LOG_DIR RAYSUB_CANARY_TOKEN="token-${BATS_TEST_NUMBER}"
   export SLURM_JOB_ID="${BATS_ROOT_PID}${BATS_TEST_NUMBER}" SLURMD_NODENAME=nodeA SLURM_PROCID=1
   export FAKE_RAY_LOG="${BATS_TEST_TMPDIR}/ray-calls"
-  export FAKES_PATH="${BATS_TEST_DIRNAME}/fakes:${PATH}"
+  export FAKES_PATH="${BATS_TEST_DIRNAME}/../fakes:${PATH}"
   : >"$FAKE_RAY_LOG"
   render_node_scripts --nodes 3 --gpus-per-node 2 --interface lo --ray-temp-dir '/tmp/rb%j/%n' \
     --worker-retries 1 --gcs-port 7379 -- bash -c 'echo driver ran; exit 3'
@@ -115,4 +115,14 @@ wait_node() {
   assert_failure 1
   assert_equal "$(cat "${LOG_DIR}/ENDED")" "worker 1 on nodeA: --setup failed with status 1"
   assert_equal "$(cat "$FAKE_RAY_LOG")" ""
+}
+
+@test "a Ray that does not enforce the token ends the job instead of running open" {
+  export FAKE_UNITS="0" FAKE_UNPROTECTED=1
+  start_node head.sh
+  wait_node
+  assert_failure 1
+  run cat "${LOG_DIR}/ENDED"
+  assert_output --partial "head on nodeA: this Ray does not enforce token authentication"
+  assert [ ! -e "${LOG_DIR}/DRIVER_STARTED" ]
 }

@@ -174,5 +174,6 @@ def test_timeline_of_a_whole_run_and_secrets_kept_out_of_logs(
     ]
     joined = sorted(str(e["detail"]) for e in events if e["phase"] == protocol.PHASE_WORKER_JOINED)
     assert joined == [f"node{k}" for k in range(1, 5)]
-    for path in [*logs.path.iterdir(), slurm_tmp / f"slurm-{result.job_id}.out"]:
+    files = [path for path in logs.path.rglob("*") if path.is_file()]
+    for path in [*files, slurm_tmp / f"slurm-{result.job_id}.out"]:
         assert secret not in path.read_text(errors="replace"), path

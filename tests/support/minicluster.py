@@ -168,11 +168,29 @@ class MiniCluster:
     def slurmd_pid(self, node: str) -> int:
         return int((self.run_dir / "run" / f"slurmd-{node}.pid").read_text())
 
+    @staticmethod
+    def enter_node_netns(node: str) -> list[str]:
+        """The command prefix that runs a command in ``node``'s network namespace (and nothing else)."""
+        return ["nsenter", f"--net=/run/netns/{NETNS_PREFIX}{node.removeprefix('node')}"]
+
+    def run_in_node_netns(
+        self, node: str, *command: str, env: dict[str, str], timeout: float = 120
+    ) -> subprocess.CompletedProcess[str]:
+        """Runs ``command`` to its end in ``node``'s network namespace, with exactly ``env``."""
+        return subprocess.run(
+            [*self.enter_node_netns(node), *command],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=True,
+            stdin=subprocess.DEVNULL,
+        )
+
     @contextmanager
     def node_netns_process(self, node: str, *command: str) -> Iterator[subprocess.Popen[bytes]]:
         """Runs ``command`` inside ``node``'s network namespace for the duration of the block."""
-        netns = f"/run/netns/{NETNS_PREFIX}{node.removeprefix('node')}"
-        proc = subprocess.Popen(["nsenter", f"--net={netns}", *command], stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen([*self.enter_node_netns(node), *command], stdin=subprocess.DEVNULL)
         try:
             yield proc
         finally:

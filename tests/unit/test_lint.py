@@ -27,7 +27,7 @@ def test_shellcheck_on_our_scripts() -> None:
     shellcheck = tool("shellcheck")
     candidates = [
         *(REPO / "scripts").iterdir(),
-        *(REPO / "tests" / "bats" / "fakes").iterdir(),
+        *(REPO / "tests" / "fakes").iterdir(),
         REPO / ".ci" / "run",
     ]
     scripts = [str(p) for p in candidates if p.is_file() and p.read_text().startswith("#!/usr/bin/env bash")]

@@ -164,6 +164,29 @@ def test_attach_builds_srun_onto_the_chosen_node(base: Path) -> None:
     ]
 
 
+def test_attach_hands_on_the_address_and_the_token_path(
+    raysub_cli: RunCli, base: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from raysub.jobs import resolve
+
+    calls: list[tuple[str, list[str], dict[str, str]]] = []
+    monkeypatch.setattr("os.execvpe", lambda file, argv, env: calls.append((file, argv, env)))
+    monkeypatch.setenv("RAY_AUTH_MODE", "whatever the shell had")
+    logs = resolve("4711", base).logs
+    logs.started_ray_head.write_text("10.0.0.1:6379\n")
+    assert raysub_cli("attach", "4711", "--log-dir", str(base), "--", "ray", "status").code == 0
+    env = calls[-1][2]
+    assert (env["RAY_ADDRESS"], env["RAY_AUTH_MODE"]) == ("10.0.0.1:6379", "disabled")
+    assert "RAY_AUTH_TOKEN_PATH" not in env
+    logs.auth_token.parent.mkdir()
+    logs.auth_token.write_text("secret")
+    assert raysub_cli("attach", "4711", "--log-dir", str(base)).code == 0
+    file, argv, env = calls[-1]
+    assert (file, argv[-2:]) == ("srun", ["bash", "-l"])
+    assert (env["RAY_AUTH_MODE"], env["RAY_AUTH_TOKEN_PATH"]) == ("token", str(logs.auth_token))
+    assert "secret" not in env.values()
+
+
 def test_attach_to_a_worker_the_job_does_not_have(raysub_cli: RunCli, base: Path) -> None:
     result = raysub_cli("attach", "4711", "--log-dir", str(base), "--worker", "9", "--", "hostname")
     assert result.code == 2

@@ -1,0 +1,96 @@
+"""Nobody else gets in: on the minicluster, a default job's Ray refuses a Ray client and a Jobs API
+request from another node without the job's token, while its driver and raysub attach work; with
+--auth none both get in, which shows the probe can tell the difference."""
+
+import json
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+
+from raysub.protocol import LogDir
+from raysub.spec import Ports
+from tests.support.minicluster import MiniCluster
+from tests.support.raysub_jobs import assert_clean, job_report, submit, wait_for
+
+pytestmark = pytest.mark.slurm
+
+PROBE = Path(__file__).parent / "jobs" / "probe_ray.py"
+# A node outside the 2-node jobs below (they get node1 and node2 on the idle cluster).
+STRANGER = "node4"
+# sbatch reads the '#SBATCH --job-name' line back as this exact name.
+JOB_NAME = "a \"job\" \\ $(id) 'q' #x ☃"
+# Runs a task through Ray, says so, and waits until the test lets it go.
+DRIVER = (
+    "import pathlib, time, ray\n"
+    "ray.init()\n"
+    "print(ray.get(ray.remote(lambda: 'task ran').remote()), flush=True)\n"
+    "pathlib.Path('driver_running').touch()\n"
+    "deadline = time.time() + 120\n"
+    "while not pathlib.Path('release').exists() and time.time() < deadline:\n"
+    "    time.sleep(0.2)\n"
+)
+
+
+def probe(cluster: MiniCluster, logs: LogDir, home: Path, token: Path | None) -> dict[str, object]:
+    """What a stranger on ``STRANGER`` gets from the job's head: see tests/slurm/jobs/probe_ray.py."""
+    home.mkdir(exist_ok=True)  # empty: no ~/.ray/auth_token to fall back on
+    env = {"HOME": str(home), "PATH": "/usr/bin:/bin"}
+    if token is not None:
+        env |= {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token)}
+    head_ip = logs.started_ray_head.read_text().split(":")[0]
+    ports = Ports()
+    out = cluster.run_in_node_netns(
+        STRANGER, sys.executable, str(PROBE), head_ip, str(ports.client), str(ports.dashboard), env=env
+    )
+    result: dict[str, object] = json.loads(out.stdout.splitlines()[-1])
+    return result
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def finish(cluster: MiniCluster, workdir: Path, job_id: int, logs: LogDir) -> None:
+    (workdir / "release").touch()
+    result = cluster.wait(job_id)
+    assert (result.state, result.exit_code) == ("COMPLETED", 0), job_report(cluster, workdir, job_id)
+    assert logs.driver_log.read_text().splitlines()[-1] == "task ran"
+    assert_clean(cluster, job_id)
+
+
+def test_a_default_job_lets_in_only_holders_of_its_token(minicluster: MiniCluster, slurm_tmp: Path) -> None:
+    args = ["--nodes", "2", "--gpus-per-node", "0", "--job-name", JOB_NAME, "--", "python", "-c", DRIVER]
+    job_id, logs = submit(minicluster, slurm_tmp, args)
+    wait_for(slurm_tmp / "driver_running")
+
+    assert (mode(logs.path), mode(logs.auth_token.parent), mode(logs.auth_token)) == (0o750, 0o700, 0o600)
+    assert {mode(script) for script in logs.path.glob("*.sh")} == {0o700}
+    assert f"JobName={JOB_NAME} " in minicluster.run("scontrol", "-o", "show", "job", str(job_id)).stdout
+
+    stranger = probe(minicluster, logs, slurm_tmp / "home", token=None)
+    assert stranger["dashboard"] in (401, 403)
+    assert stranger["client"] != "ran"
+    # The same probe with the token gets in: the refusal above was the token's doing.
+    assert probe(minicluster, logs, slurm_tmp / "home", token=logs.auth_token) == {
+        "dashboard": 200,
+        "client": "ran",
+    }
+
+    # raysub attach hands the token on: a driver started there connects.
+    attached = minicluster.run(
+        "raysub", "attach", str(job_id), "--log-dir", str(slurm_tmp), "--",
+        "python", "-c", "import ray; ray.init(); print(ray.get(ray.remote(lambda: 'attached').remote()))",
+    )  # fmt: skip
+    assert attached.stdout.strip().splitlines()[-1] == "attached"
+    finish(minicluster, slurm_tmp, job_id, logs)
+
+
+def test_with_auth_none_a_stranger_gets_in(minicluster: MiniCluster, slurm_tmp: Path) -> None:
+    args = ["--nodes", "2", "--gpus-per-node", "0", "--auth", "none", "--", "python", "-c", DRIVER]
+    job_id, logs = submit(minicluster, slurm_tmp, args)
+    wait_for(slurm_tmp / "driver_running")
+    assert not logs.auth_token.exists()
+    assert probe(minicluster, logs, slurm_tmp / "home", token=None) == {"dashboard": 200, "client": "ran"}
+    finish(minicluster, slurm_tmp, job_id, logs)
