@@ -22,6 +22,7 @@ SANDBOX_DEFAULT = {f.name: f.default for f in fields(Sandbox)}
 
 if TYPE_CHECKING:
     from raysub.jobs import Job
+    from raysub.metrics import Snapshot
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -32,6 +33,13 @@ def option(*decls: str, **kwargs: Any) -> Callable[[F], F]:
     kwargs.setdefault("envvar", "RAYSUB_" + long[2:].upper().replace("-", "_"))
     kwargs.setdefault("show_envvar", True)
     return click.option(*decls, **kwargs)
+
+
+def spec_option(*decls: str, **kwargs: Any) -> Callable[[F], F]:
+    """An option whose built-in default is the JobSpec field of its name (--gpus-per-node: gpus_per_node)."""
+    long = next(d for d in decls if d.startswith("--")).split("/")[0]
+    kwargs.setdefault("default", SPEC_DEFAULT[long[2:].replace("-", "_")])
+    return option(*decls, **kwargs)
 
 
 def port_options(func: F) -> F:
@@ -81,23 +89,21 @@ def cli() -> None:
 @option(
     "--nodes", "-N", type=int, help="Nodes in the job (>= 1); the first runs the Ray head and the driver."
 )
-@option(
+@spec_option(
     "--gpus-per-node",
     type=int,
-    default=SPEC_DEFAULT["gpus_per_node"],
     help="GPUs per node (0 allowed); Ray advertises this many.",
 )
-@option(
+@spec_option(
     "--gpu-request/--no-gpu-request",
-    default=SPEC_DEFAULT["gpu_request"],
     help="Ask Slurm for the GPUs; --no-gpu-request for sites that give whole nodes without GPU GRES.",
 )
 @option("--cpus-per-task", type=int, help="CPUs for each node's Ray (also Ray's --num-cpus).")
 @option("--partition", "-p", help="Slurm partition.")
 @option("--account", "-A", help="Slurm account.")
 @option("--time", "-t", help="Time limit, as sbatch takes it (30, 4:00:00, 1-12).")
-@option("--job-name", "-J", default=SPEC_DEFAULT["job_name"], help="Slurm job name.")
-@option("--exclusive/--no-exclusive", default=SPEC_DEFAULT["exclusive"], help="Whole nodes for the job.")
+@spec_option("--job-name", "-J", help="Slurm job name.")
+@spec_option("--exclusive/--no-exclusive", help="Whole nodes for the job.")
 @option(
     "--sbatch-arg", "sbatch_args", multiple=True, help="Extra #SBATCH option, e.g. --qos=high (repeatable)."
 )
@@ -111,9 +117,8 @@ def cli() -> None:
     "--setup", help="Shell command run on every node before each ray start, e.g. 'source venv/bin/activate'."
 )
 @option("--env", "env", multiple=True, metavar="KEY=VALUE", help="Exported on every node and for the driver.")
-@option(
+@spec_option(
     "--ray-temp-dir",
-    default=SPEC_DEFAULT["ray_temp_dir"],
     help="Ray's temp dir on each node; %j is the job id, %n the node name. Short: Ray's sockets live in it.",
 )
 @option("--ray-start-arg", "ray_start_args", multiple=True, help="Extra 'ray start' option (repeatable).")
@@ -122,33 +127,28 @@ def cli() -> None:
     "--interface", help="Take each node's IP from this network interface; default the node name's address."
 )
 @option("--dedicated-head", is_flag=True, help="The head node advertises no GPUs, so no work lands there.")
-@option(
+@spec_option(
     "--head-retries",
     type=int,
-    default=SPEC_DEFAULT["head_retries"],
     help="Extra attempts to start the Ray head.",
 )
-@option(
+@spec_option(
     "--worker-retries",
     type=int,
-    default=SPEC_DEFAULT["worker_retries"],
     help="Extra attempts for each worker's ray start.",
 )
-@option(
+@spec_option(
     "--head-timeout",
     type=int,
-    default=SPEC_DEFAULT["head_timeout"],
     help="Seconds for the head to become ready, per attempt.",
 )
-@option(
+@spec_option(
     "--workers-timeout",
     type=int,
-    default=SPEC_DEFAULT["workers_timeout"],
     help="Seconds for all workers to join once the head is up.",
 )
-@option(
+@spec_option(
     "--requeue/--no-requeue",
-    default=SPEC_DEFAULT["requeue"],
     help="Let Slurm requeue the job; each attempt gets its own LOG_DIR.",
 )
 @option(
@@ -157,9 +157,8 @@ def cli() -> None:
     metavar="SECONDS",
     help="Have Slurm signal the job this long before its time limit (#SBATCH --signal=B:SIG@SECONDS).",
 )
-@option(
+@spec_option(
     "--forward-signal",
-    default=SPEC_DEFAULT["forward_signal"],
     help="The signal passed on to the driver's process group (preemption or time-limit warning).",
 )
 @option("--sandbox-command", help="Sidecar command (e.g. a code-execution server) started on sandbox nodes.")
@@ -177,26 +176,45 @@ def cli() -> None:
     default=SANDBOX_DEFAULT["timeout"],
     help="Seconds for every sandbox to answer.",
 )
-@option(
+@spec_option(
     "--auth",
     type=click.Choice(["token", "none"]),
-    default=SPEC_DEFAULT["auth"],
     help="Ray token authentication: a random per-job token in LOG_DIR/.ray-auth/token (0600) that every "
     "node, the driver and raysub's commands use. 'none' lets anyone who reaches the head run code as you.",
 )
-@option(
+@spec_option(
     "--dashboard/--no-dashboard",
-    default=SPEC_DEFAULT["dashboard"],
     help="Run Ray's dashboard (and its Jobs API) on the head.",
 )
 @option(
     "--dashboard-host",
     help="Address the dashboard binds to; default the head's cluster address (never 0.0.0.0 unless asked).",
 )
-@option(
+@spec_option(
     "--log-mode",
-    default=SPEC_DEFAULT["log_mode"],
     help="Mode of each LOG_DIR (octal); the scripts in it are always 0700, and no o+w is allowed.",
+)
+@spec_option(
+    "--monitor/--no-monitor",
+    help="Record every node's GPU, CPU and memory into LOG_DIR/metrics.jsonl (see raysub monitor, report).",
+)
+@spec_option(
+    "--monitor-interval",
+    type=float,
+    metavar="SECONDS",
+    help="Seconds between the monitor's snapshots.",
+)
+@spec_option(
+    "--gpu-idle-threshold",
+    type=float,
+    metavar="PCT",
+    help="GPU utilisation (%) below which a GPU counts as idle.",
+)
+@spec_option(
+    "--gpu-idle-after",
+    type=int,
+    metavar="SECONDS",
+    help="Warn in timeline.jsonl when every GPU stays idle this long while the driver runs.",
 )
 @option(
     "--profile", help="Take defaults from [profiles.NAME] in ./raysub.toml or ~/.config/raysub/raysub.toml."
@@ -281,6 +299,13 @@ def job_options(func: F) -> F:
     return click.argument("job", required=False)(func)
 
 
+def redraw_interval(default: float, help_text: str) -> Callable[[F], F]:
+    """--interval of a command that redraws: at least 2 s, so watching never hammers Slurm."""
+    return click.option(
+        "--interval", type=click.FloatRange(min=2), default=default, show_default=True, help=help_text
+    )
+
+
 def find_job(job: str | None, base: Path, attempt: int | None) -> "Job":
     from raysub.jobs import JobNotFound, resolve
 
@@ -294,13 +319,7 @@ def find_job(job: str | None, base: Path, attempt: int | None) -> "Job":
 @job_options
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
 @click.option("--watch", is_flag=True, help="Redraw until the driver starts or the job ends.")
-@click.option(
-    "--interval",
-    type=click.FloatRange(min=2),
-    default=2.0,
-    show_default=True,
-    help="Seconds between redraws.",
-)
+@redraw_interval(2.0, "Seconds between redraws.")
 def status(
     job: str | None, base: Path, attempt: int | None, as_json: bool, watch: bool, interval: float
 ) -> None:
@@ -433,6 +452,95 @@ def attach(
     except JobNotFound as error:
         raise click.UsageError(str(error)) from error
     os.execvpe(argv[0], argv, {**os.environ, **ray_environment(found)})  # noqa: S606 (srun takes the terminal)
+
+
+def read_metrics(found: "Job") -> list["Snapshot"]:
+    from raysub.metrics import read_snapshots
+
+    if not found.logs.metrics.exists():
+        raise click.UsageError(
+            f"job {found.job_id} has no {found.logs.metrics} (yet): was it rendered with --no-monitor?"
+        )
+    return read_snapshots(found.logs.metrics)
+
+
+@cli.command()
+@job_options
+@click.option("--follow", "-f", is_flag=True, help="Redraw as new snapshots arrive, until the job ends.")
+@click.option(
+    "--live",
+    is_flag=True,
+    help="Ask every node's metrics endpoint now, not the last snapshot in metrics.jsonl.",
+)
+@redraw_interval(5.0, "Seconds between redraws with --follow.")
+def monitor(
+    job: str | None, base: Path, attempt: int | None, follow: bool, live: bool, interval: float
+) -> None:
+    """Show each node's CPU and RAM and each GPU's utilisation and memory for JOB.
+
+    Reads the last snapshot the job's monitor wrote to LOG_DIR/metrics.jsonl (render's --monitor, on by
+    default). --live scrapes the nodes' Ray metrics endpoints instead, from the addresses in that file.
+    A '?' is a reading Ray did not report, such as the utilisation of a GPU that does not expose it.
+
+    \b
+    Example:
+      raysub monitor 4711
+      raysub monitor --follow
+      raysub monitor 4711 --live
+    """
+    import time
+
+    from raysub.metrics import table
+    from raysub.monitor import RayGpuMonitor
+    from raysub.slurm import job_state
+    from raysub.status import FINAL_STATES
+
+    found = find_job(job, base, attempt)
+    while True:
+        snapshots = read_metrics(found)
+        if not snapshots:
+            raise click.UsageError(f"{found.logs.metrics} has no snapshot yet")
+        last = snapshots[-1]
+        if live:
+            scraper = RayGpuMonitor(endpoints=last.urls.copy)
+            nodes, failed, when = scraper.collect_once(), scraper.failed, time.time()
+            scraper.stop()
+        else:
+            nodes, failed, when = last.nodes, last.failed, last.t
+        if follow:
+            click.clear()
+        click.echo(f"job {found.job_id}, {time.strftime('%H:%M:%S', time.localtime(when))}")
+        click.echo(table(nodes, failed))
+        if not follow or found.logs.ended.exists() or job_state(found.job_id).state in FINAL_STATES:
+            return
+        time.sleep(interval)
+
+
+@cli.command()
+@job_options
+@click.option(
+    "--output",
+    "-o",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=Path("report.html"),
+    show_default=True,
+    help="The HTML file to write.",
+)
+def report(job: str | None, base: Path, attempt: int | None, output: Path) -> None:
+    """Write one self-contained HTML page of JOB's GPU, memory and CPU over time, and their min/mean/max.
+
+    Charts per node and GPU from LOG_DIR/metrics.jsonl. The page needs no network: no scripts, no fonts,
+    nothing fetched; open it anywhere.
+
+    \b
+    Example:
+      raysub report 4711 -o report.html
+    """
+    from raysub.report import render_report
+
+    found = find_job(job, base, attempt)
+    output.write_text(render_report(f"raysub job {found.job_id}", read_metrics(found)))
+    click.echo(f"{output}: {found.logs.metrics} as charts")
 
 
 def main(args: Sequence[str] | None = None) -> None:

@@ -35,6 +35,12 @@ PHASE_DRIVER_START = "driver_start"  # head
 PHASE_DRIVER_END = "driver_end"  # head; detail: the exit status
 PHASE_ENDED = "ended"  # whoever writes ENDED; detail: the reason
 PHASE_SIGNAL_FORWARDED = "signal_forwarded"  # batch script and head; detail: the signal
+PHASE_GPU_IDLE = "gpu_idle"  # head's monitor; detail: how many GPUs, below what, for how long
+
+# The head's monitor (--monitor): one JSON snapshot per line, {"t": ..., "nodes": {<node>: {...}},
+# "failed": [...]}, kept under MONITOR_MAX_BYTES by halving its resolution (raysub/monitor.py).
+METRICS = "metrics.jsonl"
+MONITOR_MAX_BYTES = 64 * 2**20
 
 # Scripts the batch script writes into LOG_DIR before launching anything.
 HEAD_SCRIPT = "head.sh"
@@ -42,6 +48,7 @@ WORKER_SCRIPT = "worker.sh"
 DRIVER_SCRIPT = "driver_command.sh"
 SANDBOX_SCRIPT = "sandbox.sh"
 ATTACH_SCRIPT = "attach.sh"
+MONITOR_SCRIPT = "monitor.py"  # raysub/monitor.py itself, run by the head with Ray's Python
 ATTACH_ENV = "attach.env"  # batch script: "<jobid> <head node>", read by attach.sh
 NODE_MAP = "nodes.tsv"  # batch script: "<role>\t<index>\t<node>" per node: head 0, worker 0..N-2
 ROLE_HEAD = "head"
@@ -134,6 +141,10 @@ class LogDir:
     @property
     def ended(self) -> Path:
         return self.file(ENDED)
+
+    @property
+    def metrics(self) -> Path:
+        return self.file(METRICS)
 
     @property
     def auth_token(self) -> Path:

@@ -116,6 +116,7 @@ def render(spec: JobSpec) -> str:
         "srun_args": [f"--cpus-per-task={spec.cpus_per_task}"] if spec.cpus_per_task else [],
         "worker_log_pattern": protocol.worker_log_pattern(spec.workers),
         "sandbox_log_pattern": protocol.sandbox_log_pattern(),
+        "monitor_max_bytes": protocol.MONITOR_MAX_BYTES,
     }
     scripts = []
     for name, template in EMBEDDED:
@@ -129,4 +130,9 @@ def render(spec: JobSpec) -> str:
             continue
         text = env.get_template(template).render(context)
         scripts.append(EmbeddedScript(name, text, heredoc_delimiter(name, text)))
+    if spec.monitor:
+        # The monitor runs as it is, from this package's own source (see raysub/monitor.py).
+        text = Path(__file__).with_name(protocol.MONITOR_SCRIPT).read_text()
+        delimiter = heredoc_delimiter(protocol.MONITOR_SCRIPT, text)
+        scripts.append(EmbeddedScript(protocol.MONITOR_SCRIPT, text, delimiter))
     return env.get_template("ray.sub.j2").render(context, scripts=scripts)

@@ -115,6 +115,10 @@ class JobSpec:
     dashboard: bool = True
     dashboard_host: str | None = None
     log_mode: str = "0750"
+    monitor: bool = True
+    monitor_interval: float = 5.0
+    gpu_idle_threshold: float = 5.0
+    gpu_idle_after: int = 600
 
     @property
     def workers(self) -> int:
@@ -201,6 +205,16 @@ class JobSpec:
         self.ports.check()
         self._check_temp_dir()
         self._check_security()
+        if self.monitor_interval < 0.5:
+            raise SpecError(
+                "--monitor-interval", f"must be at least 0.5 seconds, not {self.monitor_interval}"
+            )
+        if not 0 < self.gpu_idle_threshold <= 100:
+            raise SpecError(
+                "--gpu-idle-threshold", f"must be a percentage above 0, not {self.gpu_idle_threshold}"
+            )
+        if self.gpu_idle_after < 1:
+            raise SpecError("--gpu-idle-after", f"must be at least 1 second, not {self.gpu_idle_after}")
         if self.sandbox is not None:
             if not 1 <= self.sandbox.port <= 65535:
                 raise SpecError("--sandbox-port", f"{self.sandbox.port} is not a port")

@@ -44,6 +44,7 @@ class Status:
     exit_code: int | None = None
     durations: dict[str, float] = field(default_factory=dict)
     since_head_ready: float | None = None
+    warnings: list[str] = field(default_factory=list)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
@@ -60,6 +61,7 @@ class Status:
             lines.append(f"{self.since_head_ready:.0f} s since the head was ready")
         if self.sandboxes_ready:
             lines.append(f"sandboxes ready: {self.sandboxes_ready}")
+        lines += [f"warning: {warning}" for warning in self.warnings]
         if self.ended:
             lines.append(f"ENDED: {self.ended}")
         if self.durations:
@@ -105,7 +107,8 @@ def read_status(job: Job, slurm: SlurmState, now: float) -> Status:
     ended = read_text(job, protocol.ENDED)
     driver_exit = read_text(job, protocol.DRIVER_EXIT_CODE)
     head_started = job.logs.started_ray_head.exists()
-    times = first_times(timeline(job))
+    events = timeline(job)
+    times = first_times(events)
 
     if driver_exit is not None:
         phase = f"finished with exit code {driver_exit}"
@@ -142,6 +145,9 @@ def read_status(job: Job, slurm: SlurmState, now: float) -> Status:
         exit_code=slurm.exit_code,
         durations=durations,
         since_head_ready=now - ready if ready is not None and driver_exit is None else None,
+        warnings=[
+            f"GPUs idle: {e.get('detail')}" for e in events if e.get("phase") == protocol.PHASE_GPU_IDLE
+        ],
     )
 
 

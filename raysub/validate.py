@@ -70,7 +70,18 @@ def _run(args: list[str], pattern: re.Pattern[str], script: str) -> list[Problem
     return problems or [Problem(script, None, (out.stdout + out.stderr).strip() or f"exit {out.returncode}")]
 
 
+def check_python(name: str, text: str) -> list[Problem]:
+    """An embedded Python script (the monitor) must at least compile."""
+    try:
+        compile(text, name, "exec")
+    except SyntaxError as error:
+        return [Problem(name, error.lineno, f"Python syntax error: {error.msg}")]
+    return []
+
+
 def check_text(name: str, text: str, shellcheck: str | None) -> list[Problem]:
+    if name.endswith(".py"):
+        return check_python(name, text)
     with tempfile.TemporaryDirectory(prefix="raysub-validate-") as tmp:
         path = Path(tmp) / name
         path.write_text(text)

@@ -10,7 +10,7 @@ setup() {
   export FAKES_PATH="${BATS_TEST_DIRNAME}/../fakes:${PATH}"
   : >"$FAKE_RAY_LOG"
   render_node_scripts --nodes 3 --gpus-per-node 2 --interface lo --ray-temp-dir '/tmp/rb%j/%n' \
-    --worker-retries 1 --gcs-port 7379 -- bash -c 'echo driver ran; exit 3'
+    --worker-retries 1 --gcs-port 7379 --no-monitor -- bash -c 'echo driver ran; exit 3'
 }
 
 teardown() {

@@ -53,6 +53,7 @@ def wait_for(path: Path, timeout: float = 90) -> None:
 
 def assert_clean(cluster: MiniCluster, job_id: int) -> None:
     """Nothing of the job runs on any node, and its per-node Ray temp dirs are gone."""
-    assert cluster.wait_no_leftovers() == []
+    left = cluster.wait_no_leftovers()
+    assert left == [], left
     job_temp = Path(JobSpec(nodes=1).ray_temp_dir.replace("%j", str(job_id))).parent
     assert not job_temp.exists(), "the per-node Ray temp dirs were not removed"

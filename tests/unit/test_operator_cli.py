@@ -104,6 +104,24 @@ def test_status_text_names_what_is_missing(raysub_cli: RunCli, base: Path) -> No
     assert "missing: node3" in result.stdout
 
 
+def test_status_shows_the_monitors_gpu_idle_warning(raysub_cli: RunCli, base: Path) -> None:
+    idle = {
+        "t": 130.0,
+        "phase": protocol.PHASE_GPU_IDLE,
+        "node": "node1",
+        "detail": "all 8 GPUs below 5% for 600 s",
+    }
+    with (base / "4711-1-logs" / protocol.TIMELINE).open("a") as timeline:
+        timeline.write(json.dumps(idle) + "\n")
+    assert status_json(raysub_cli, "--log-dir", str(base))["warnings"] == [
+        "GPUs idle: all 8 GPUs below 5% for 600 s"
+    ]
+    assert (
+        "warning: GPUs idle: all 8 GPUs below 5% for 600 s"
+        in raysub_cli("status", "--log-dir", str(base)).stdout
+    )
+
+
 def test_logs_merge_every_log_with_tags_in_order(raysub_cli: RunCli, base: Path) -> None:
     result = raysub_cli("logs", "4711", "--attempt", "0", "--log-dir", str(base))
     assert result.code == 0, result.stderr

@@ -160,7 +160,7 @@ def test_profile_errors_are_one_line(
 
 def test_help_teaches_with_an_example_for_every_command(raysub_cli: RunCli) -> None:
     assert isinstance(cli, click.Group)
-    assert sorted(cli.commands) == ["attach", "logs", "render", "status", "validate"]
+    assert sorted(cli.commands) == ["attach", "logs", "monitor", "render", "report", "status", "validate"]
     for command in cli.commands:
         result = raysub_cli(command, "--help")
         assert result.code == 0

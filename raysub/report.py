@@ -1,0 +1,171 @@
+"""``raysub report``: one self-contained HTML page of a job's metrics.jsonl.
+
+The charts are inline SVG drawn here, the styles inline, and a Content-Security-Policy forbids the page
+every fetch: it opens offline, from a mail attachment or a shared filesystem, and asks nothing of the network.
+"""
+
+import html
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from raysub.metrics import Snapshot
+from raysub.monitor import NodeMetrics, summarize
+
+# Nothing may be fetched; only the inline styles apply.
+CSP = "default-src 'none'; style-src 'unsafe-inline'"
+WIDTH, HEIGHT = 900, 260
+LEFT, RIGHT, TOP, BOTTOM = 56, 36, 12, 34
+PALETTE = (
+    "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd",
+    "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f",
+)  # fmt: skip
+QUANTITY_NAMES = {
+    "util_pct": "GPU utilisation %",
+    "mem_used_gib": "GPU memory used GiB",
+    "cpu_util_pct": "CPU utilisation %",
+    "ram_used_gib": "host RAM used GiB",
+}
+
+
+@dataclass(frozen=True)
+class Chart:
+    title: str
+    percent: bool
+    # (series name, value or None) for each node and GPU of one snapshot's nodes
+    pick: Callable[[dict[str, NodeMetrics]], list[tuple[str, float | None]]]
+
+
+def _gpu(quantity: str) -> Callable[[dict[str, NodeMetrics]], list[tuple[str, float | None]]]:
+    def pick(nodes: dict[str, NodeMetrics]) -> list[tuple[str, float | None]]:
+        return [(f"{name}/gpu{g.index}", getattr(g, quantity)) for name, n in nodes.items() for g in n.gpus]
+
+    return pick
+
+
+def _node(quantity: str) -> Callable[[dict[str, NodeMetrics]], list[tuple[str, float | None]]]:
+    def pick(nodes: dict[str, NodeMetrics]) -> list[tuple[str, float | None]]:
+        return [(name, getattr(n, quantity)) for name, n in nodes.items()]
+
+    return pick
+
+
+CHARTS = (
+    Chart("GPU utilisation (%)", True, _gpu("util_pct")),
+    Chart("GPU memory used (GiB)", False, _gpu("mem_used_gib")),
+    Chart("Host RAM used (GiB)", False, _node("ram_used_gib")),
+    Chart("CPU utilisation (%)", True, _node("cpu_util_pct")),
+)
+
+
+def _nice_ceiling(value: float) -> float:
+    """The axis top: 1, 2 or 5 times a power of ten, at or above ``value``."""
+    if value <= 0:
+        return 1.0
+    power = 10 ** math.floor(math.log10(value))
+    return float(next(step * power for step in (1, 2, 5, 10) if step * power >= value))
+
+
+def _series(chart: Chart, snapshots: list[Snapshot]) -> dict[str, list[tuple[float, float | None]]]:
+    series: dict[str, list[tuple[float, float | None]]] = {}
+    for snapshot in snapshots:
+        for name, value in chart.pick(snapshot.nodes):
+            series.setdefault(name, []).append((snapshot.t, value))
+    return series
+
+
+def _svg(chart: Chart, series: dict[str, list[tuple[float, float | None]]], t0: float, t1: float) -> str:
+    values = [v for points in series.values() for _, v in points if v is not None]
+    if not values:
+        return '<p class="empty">Ray reported no such reading in this job.</p>'
+    top = 100.0 if chart.percent else _nice_ceiling(max(values))
+    span = max(t1 - t0, 1e-9)
+    plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
+
+    def x(t: float) -> float:
+        return LEFT + (t - t0) / span * plot_w
+
+    def y(v: float) -> float:
+        return TOP + plot_h - min(v, top) / top * plot_h
+
+    parts = [f'<svg role="img" width="{WIDTH}" height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}">']
+    for k in range(5):  # horizontal grid and the y axis labels
+        value = top * k / 4
+        parts.append(
+            f'<line class="grid" x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{y(value):.1f}" y2="{y(value):.1f}"/>'
+        )
+        parts.append(f'<text x="{LEFT - 6}" y="{y(value) + 4:.1f}" text-anchor="end">{value:g}</text>')
+    for k in range(5):  # the time axis, since the first snapshot: seconds for short runs, else minutes
+        t = t0 + span * k / 4
+        label = f"{t - t0:.0f} s" if span < 120 else f"{(t - t0) / 60:.1f} min"
+        parts.append(f'<text x="{x(t):.1f}" y="{HEIGHT - 10}" text-anchor="middle">{label}</text>')
+    for index, (name, points) in enumerate(sorted(series.items())):
+        color = PALETTE[index % len(PALETTE)]
+        segment: list[str] = []
+        for t, v in [*points, (t1, None)]:  # None ends a segment: a gap where the reading was missing
+            if v is not None:
+                segment.append(f"{x(t):.1f},{y(v):.1f}")
+                continue
+            if len(segment) == 1:
+                segment.append(segment[0])  # a lone reading still shows, as a dot-long line
+            if segment:
+                points_attr = " ".join(segment)
+                title = html.escape(name)
+                parts.append(
+                    f'<polyline stroke="{color}" points="{points_attr}"><title>{title}</title></polyline>'
+                )
+            segment = []
+    parts.append("</svg>")
+    swatch = '<span class="swatch" style="background:{}"></span>'
+    legend = "".join(
+        f"<li>{swatch.format(PALETTE[k % len(PALETTE)])}{html.escape(name)}</li>"
+        for k, name in enumerate(sorted(series))
+    )
+    return "".join(parts) + f'<ul class="legend">{legend}</ul>'
+
+
+def _summary_table(snapshots: list[Snapshot]) -> str:
+    rows = []
+    for subject, quantities in summarize(s.nodes for s in snapshots).items():
+        for quantity, stat in quantities.items():
+            cells = "".join(f"<td>{stat[k]:.1f}</td>" for k in ("min", "mean", "max"))
+            rows.append(f"<tr><td>{html.escape(subject)}</td><td>{QUANTITY_NAMES[quantity]}</td>{cells}</tr>")
+    if not rows:
+        return '<p class="empty">No readings.</p>'
+    head = "<tr><th>node / GPU</th><th>reading</th><th>min</th><th>mean</th><th>max</th></tr>"
+    return f"<table>{head}{''.join(rows)}</table>"
+
+
+STYLE = """
+body { font: 14px/1.4 sans-serif; margin: 24px; color: #222; }
+h1 { font-size: 20px; } h2 { font-size: 16px; margin-top: 28px; }
+svg text { font-size: 11px; fill: #555; }
+svg .grid { stroke: #ddd; stroke-width: 1; }
+svg polyline { fill: none; stroke-width: 2; shape-rendering: crispEdges; }
+.legend { list-style: none; padding: 0; display: flex; flex-wrap: wrap; gap: 4px 16px; }
+.swatch { display: inline-block; width: 12px; height: 12px; margin-right: 6px; vertical-align: -1px; }
+table { border-collapse: collapse; }
+td, th { padding: 3px 10px; border-bottom: 1px solid #eee; text-align: right; }
+td:first-child, td:nth-child(2), th:first-child, th:nth-child(2) { text-align: left; }
+.empty { color: #888; }
+"""
+
+
+def render_report(title: str, snapshots: list[Snapshot]) -> str:
+    """The whole page: a chart per reading over time (one line per node or GPU), then min/mean/max."""
+    t0 = snapshots[0].t if snapshots else 0.0
+    t1 = snapshots[-1].t if snapshots else 0.0
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t0)) if snapshots else "no snapshots"
+    charts = "".join(
+        f"<h2>{html.escape(chart.title)}</h2>{_svg(chart, _series(chart, snapshots), t0, t1)}"
+        for chart in CHARTS
+    )
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
+        f"<title>{html.escape(title)}</title><style>{STYLE}</style></head><body>"
+        f"<h1>{html.escape(title)}</h1>"
+        f"<p>{len(snapshots)} snapshots from {when}, over {(t1 - t0) / 60:.1f} min.</p>"
+        f"{charts}<h2>Over the whole run</h2>{_summary_table(snapshots)}</body></html>\n"
+    )

@@ -1,0 +1,160 @@
+"""raysub monitor and raysub report on a metrics.jsonl in the monitor's format, and the page in Chromium."""
+
+import json
+import math
+import sys
+import types
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from raysub.metrics import read_snapshots
+from raysub.monitor import GIB, RayGpuMonitor, parse_node_metrics, snapshot_line
+from raysub.protocol import LogDir
+from raysub.report import PALETTE, render_report
+from raysub.slurm import SlurmState
+from raysub.wandb_sink import WandbSink
+from tests.conftest import RunCli
+from tests.support.chromium import pixels_of, render_page
+from tests.support.ray_metrics import Gpu, exposition, serve
+
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+def node_text(n: int, k: int) -> str:
+    gpus = tuple(
+        Gpu(str(i), H100, 50 + 40 * math.sin(k / 5 + i + n), 1024 * (k + i), 81920 - 1024 * (k + i))
+        for i in range(2)
+    )
+    return exposition(f"10.0.0.{n}", 20.0 + 10 * n, (4 + n + k / 10) * GIB, 16 * GIB, gpus, padding=False)
+
+
+def write_metrics(logs: LogDir, cycles: int = 40, failed_last: bool = False) -> None:
+    logs.path.mkdir(parents=True, exist_ok=True)
+    with logs.metrics.open("w") as out:
+        for k in range(cycles):
+            nodes = {f"node{n}": parse_node_metrics(node_text(n, k)) for n in (1, 2, 3)}
+            failed = ["node4"] if failed_last and k == cycles - 1 else []
+            record = json.loads(
+                snapshot_line(
+                    nodes, {name: f"http://10.0.0.{name[-1]}:8080/metrics" for name in nodes}, failed
+                )
+            )
+            record["t"] = 1_800_000_000 + 5 * k
+            out.write(json.dumps(record) + "\n")
+        out.write('{"t": 1800000200, "nodes": {"node1"')  # a line the monitor is still writing
+
+
+@pytest.fixture
+def job(tmp_path: Path) -> LogDir:
+    logs = LogDir.of(tmp_path, 4711)
+    write_metrics(logs, failed_last=True)
+    (logs.path / "nodes.tsv").write_text("head\t0\tnode1\n")
+    return logs
+
+
+def test_monitor_shows_the_last_snapshot(raysub_cli: RunCli, job: LogDir) -> None:
+    result = raysub_cli("monitor", "4711", "--log-dir", str(job.path.parent))
+    assert result.code == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[1].split() == ["NODE", "GPU", "NAME", "UTIL", "%", "MEM", "GiB", "CPU", "%", "RAM", "GiB"]
+    assert lines[2].split() == ["node1", "10.0.0.1", "30.0", "8.9/16.0"]
+    assert lines[3].split()[:2] == ["0", "NVIDIA"]
+    assert lines[3].split()[-2:] == [f"{50 + 40 * math.sin(39 / 5 + 1):.1f}", "39.0/80.0"]
+    assert lines[-1].split() == ["node4", "(no", "answer)"]
+
+
+def test_monitor_live_asks_the_endpoints(raysub_cli: RunCli, job: LogDir) -> None:
+    def page(n: int) -> Callable[[], str]:
+        return lambda: node_text(n, 0).replace("30.0", "77.0")
+
+    pages = {f"node{n}": page(n) for n in (1, 2)}
+    with serve(pages) as urls:
+        lines = job.metrics.read_text().splitlines()[:-1]
+        last = json.loads(lines[-1])
+        for name in last["nodes"]:
+            last["nodes"][name]["url"] = urls.get(name, "http://127.0.0.1:9/metrics")
+        job.metrics.write_text("\n".join([*lines[:-1], json.dumps(last)]) + "\n")
+        result = raysub_cli("monitor", "4711", "--log-dir", str(job.path.parent), "--live")
+    assert result.code == 0, result.stderr
+    rows = {
+        line.split()[0]: line.split() for line in result.stdout.splitlines()[2:] if line.startswith("node")
+    }
+    assert rows["node1"][2] == "77.0"
+    assert rows["node3"][1:] == ["(no", "answer)"]
+
+
+def test_monitor_follow_stops_when_the_job_has_ended(
+    raysub_cli: RunCli, job: LogDir, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("raysub.slurm.job_state", lambda job_id: SlurmState("RUNNING", None, "test"))
+    monkeypatch.setattr("time.sleep", lambda seconds: job.ended.write_text("driver exited with status 0\n"))
+    result = raysub_cli("monitor", "4711", "--log-dir", str(job.path.parent), "--follow")
+    assert result.code == 0, result.stderr
+    assert result.stdout.count("NODE  ") == 2  # drawn, slept (the job ended meanwhile), drawn once more
+
+
+def test_monitor_without_metrics_is_one_line(raysub_cli: RunCli, tmp_path: Path) -> None:
+    LogDir.of(tmp_path, 4712).path.mkdir()
+    result = raysub_cli("monitor", "4712", "--log-dir", str(tmp_path))
+    assert result.code == 2
+    assert "--no-monitor" in result.stderr
+
+
+def test_report_is_one_offline_page(raysub_cli: RunCli, job: LogDir, tmp_path: Path) -> None:
+    out = tmp_path / "r.html"
+    result = raysub_cli("report", "4711", "--log-dir", str(job.path.parent), "-o", str(out))
+    assert result.code == 0, result.stderr
+    page = out.read_text()
+    assert "default-src 'none'" in page
+    assert not any(marker in page for marker in ("<script", "src=", "href=", "url(", "@import"))
+    assert page.count("<polyline") == 6 + 6 + 3 + 3
+    assert "<td>node1/gpu0</td><td>GPU memory used GiB</td><td>0.0</td><td>19.5</td><td>39.0</td>" in page
+
+
+def test_report_escapes_names_and_survives_no_data() -> None:
+    page = render_report("<job>", [])
+    assert "&lt;job&gt;" in page and "No readings" in page
+
+
+def test_chromium_draws_the_charts_and_fetches_nothing(job: LogDir, tmp_path: Path) -> None:
+    page = tmp_path / "report.html"
+    page.write_text(render_report("raysub job 4711", read_snapshots(job.metrics)))
+    image, requested = render_page(page, tmp_path)
+    assert requested == set()
+    # Every series colour is drawn (crisp edges keep the exact colour on the lines).
+    for color in PALETTE[:6]:
+        assert pixels_of(image, color) > 200, color
+    # The probe can tell: a page that fetches something is caught.
+    fetching = tmp_path / "fetching.html"
+    fetching.write_text('<img src="http://127.0.0.1:9/x.png">')
+    assert "http://127.0.0.1:9/x.png" in render_page(fetching, tmp_path)[1]
+
+
+def test_wandb_sink_logs_each_flush() -> None:
+    class Run:
+        def __init__(self) -> None:
+            self.logged: list[tuple[dict[str, float], int | None]] = []
+
+        def log(self, values: dict[str, float], step: int | None = None) -> None:
+            self.logged.append((values, step))
+
+    with serve({"n": lambda: node_text(1, 0)}) as urls:
+        monitor = RayGpuMonitor(endpoints=lambda: urls)
+        monitor.collect_once()
+        run = Run()
+        WandbSink(monitor, run).log(step=7)
+        monitor.stop()
+    values, step = run.logged[0]
+    assert step == 7
+    assert values["ray/n/cpu_util_pct"] == 30.0
+
+
+def test_wandb_sink_without_a_run_uses_the_wandb_module(monkeypatch: pytest.MonkeyPatch) -> None:
+    logged = []
+    fake = types.ModuleType("wandb")
+    fake.log = lambda values, step=None: logged.append((values, step))  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    WandbSink(RayGpuMonitor(endpoints=dict)).log()
+    assert logged == [({"ray/cluster/nodes": 0.0, "ray/cluster/failed_scrapes": 0.0}, None)]
