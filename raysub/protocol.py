@@ -60,7 +60,7 @@ CONTAINER_ARGS = "container_srun_options"
 # directory 0700 and the file 0600, before any step starts. Every node, the driver and raysub's own
 # commands read it through RAY_AUTH_TOKEN_PATH; nobody else on the cluster can.
 AUTH_DIR = ".ray-auth"
-AUTH_TOKEN = ".ray-auth/token"  # noqa: S105 (a file name, not a secret)
+AUTH_TOKEN = f"{AUTH_DIR}/token"
 
 # Logs.
 HEAD_LOG = "ray-head.log"
