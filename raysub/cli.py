@@ -292,9 +292,9 @@ def job_options(func: F) -> F:
         "--log-dir",
         "base",
         type=click.Path(file_okay=False, path_type=Path),
-        default=Path(),
         show_default="the current directory",
-        help="The base directory the job's <jobid>-logs directories are in.",
+        help="The base directory of the job's <jobid>-logs directories. A job id is looked for here, "
+        "then in the current directory, the job index and Slurm's record of the job.",
     )(func)
     return click.argument("job", required=False)(func)
 
@@ -306,7 +306,7 @@ def redraw_interval(default: float, help_text: str) -> Callable[[F], F]:
     )
 
 
-def find_job(job: str | None, base: Path, attempt: int | None) -> "Job":
+def find_job(job: str | None, base: Path | None, attempt: int | None) -> "Job":
     from raysub.jobs import JobNotFound, resolve
 
     try:
@@ -321,12 +321,13 @@ def find_job(job: str | None, base: Path, attempt: int | None) -> "Job":
 @click.option("--watch", is_flag=True, help="Redraw until the driver starts or the job ends.")
 @redraw_interval(2.0, "Seconds between redraws.")
 def status(
-    job: str | None, base: Path, attempt: int | None, as_json: bool, watch: bool, interval: float
+    job: str | None, base: Path | None, attempt: int | None, as_json: bool, watch: bool, interval: float
 ) -> None:
     """Show where JOB stands: Slurm's state, the bring-up phase, who joined, what is missing, why it ended.
 
-    JOB is a job id, a log directory, or nothing for the most recent job under --log-dir. Each refresh
-    asks Slurm once (squeue, then scontrol or sacct) and never runs srun.
+    JOB is a job id (found from any directory: see --log-dir), a log directory, or nothing for the most
+    recent job under --log-dir. Each refresh asks Slurm once (squeue, then scontrol or sacct) and never
+    runs srun.
 
     \b
     Example:
@@ -335,12 +336,12 @@ def status(
     """
     import time
 
-    from raysub.slurm import job_state
-    from raysub.status import progress_bar, read_status
+    from raysub.status import JobWatch, progress_bar, read_status
 
     found = find_job(job, base, attempt)
+    watcher = JobWatch(found)
     while True:
-        current = read_status(found, job_state(found.job_id), time.time())
+        current = read_status(found, watcher.slurm_state(), time.time())
         if as_json:
             click.echo(current.to_json())
         else:
@@ -367,7 +368,7 @@ def status(
 @click.option("--grep", "pattern", metavar="RE", help="Only lines matching this regular expression.")
 def logs(
     job: str | None,
-    base: Path,
+    base: Path | None,
     attempt: int | None,
     head: bool,
     driver: bool,
@@ -391,8 +392,7 @@ def logs(
     import re
 
     from raysub.logs import Selection, follow_logs, show
-    from raysub.slurm import job_state
-    from raysub.status import FINAL_STATES
+    from raysub.status import JobWatch
 
     found = find_job(job, base, attempt)
     try:
@@ -404,11 +404,7 @@ def logs(
         for line in show(found, selection, lines, regex):
             click.echo(line)
         return
-
-    def finished() -> bool:
-        return found.logs.ended.exists() or job_state(found.job_id).state in FINAL_STATES
-
-    for line in follow_logs(found, selection, regex, finished):
+    for line in follow_logs(found, selection, regex, JobWatch(found).over):
         click.echo(line)
 
 
@@ -424,7 +420,7 @@ def logs(
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def attach(
     job: str | None,
-    base: Path,
+    base: Path | None,
     attempt: int | None,
     node: str | None,
     worker: int | None,
@@ -474,7 +470,7 @@ def read_metrics(found: "Job") -> list["Snapshot"]:
 )
 @redraw_interval(5.0, "Seconds between redraws with --follow.")
 def monitor(
-    job: str | None, base: Path, attempt: int | None, follow: bool, live: bool, interval: float
+    job: str | None, base: Path | None, attempt: int | None, follow: bool, live: bool, interval: float
 ) -> None:
     """Show each node's CPU and RAM and each GPU's utilisation and memory for JOB.
 
@@ -492,10 +488,10 @@ def monitor(
 
     from raysub.metrics import table
     from raysub.monitor import RayGpuMonitor
-    from raysub.slurm import job_state
-    from raysub.status import FINAL_STATES
+    from raysub.status import JobWatch
 
     found = find_job(job, base, attempt)
+    watcher = JobWatch(found)
     while True:
         snapshots = read_metrics(found)
         if not snapshots:
@@ -511,7 +507,7 @@ def monitor(
             click.clear()
         click.echo(f"job {found.job_id}, {time.strftime('%H:%M:%S', time.localtime(when))}")
         click.echo(table(nodes, failed))
-        if not follow or found.logs.ended.exists() or job_state(found.job_id).state in FINAL_STATES:
+        if not follow or watcher.over():
             return
         time.sleep(interval)
 
@@ -526,7 +522,7 @@ def monitor(
     show_default=True,
     help="The HTML file to write.",
 )
-def report(job: str | None, base: Path, attempt: int | None, output: Path) -> None:
+def report(job: str | None, base: Path | None, attempt: int | None, output: Path) -> None:
     """Write one self-contained HTML page of JOB's GPU, memory and CPU over time, and their min/mean/max.
 
     Charts per node and GPU from LOG_DIR/metrics.jsonl. The page needs no network: no scripts, no fonts,

@@ -1,10 +1,16 @@
-"""Find a job's LOG_DIR from what the user gives: a job id, a directory, or nothing (the most recent)."""
+"""Find a job's LOG_DIR from what the user gives: a job id, a directory, or nothing (the most recent).
+
+A job id is looked for in order under an explicit --log-dir, in the current directory, where the per-user
+job index last saw it, and in the directories Slurm has on record for it (docs/protocol.md, "Finding a
+job"), so that every command works from anywhere, while the job runs and after it ended.
+"""
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from raysub import protocol
+from raysub import protocol, slurm
 from raysub.protocol import LogDir
 
 _ATTEMPT_DIR = re.compile(rf"(?P<job>\d+)(?:-(?P<restart>\d+))?{re.escape(protocol.LOG_DIR_SUFFIX)}")
@@ -40,31 +46,97 @@ def attempts(base: Path, job_id: str) -> list[Job]:
     return sorted((j for j in found if j.job_id == job_id), key=lambda j: j.attempt)
 
 
-def resolve(ref: str | None, base: Path, attempt: int | None = None) -> Job:
-    """The job ``ref`` names: a LOG_DIR, a job id (its newest attempt, or ``attempt``), or, for None, the
-    newest job under ``base`` (its ``latest`` link, else the most recently changed log directory)."""
-    if ref is None:
-        latest = base / protocol.LATEST
-        if latest.is_dir():
-            job = Job.from_dir(latest.resolve())
-        else:
-            dirs = [p for p in base.glob(f"*{protocol.LOG_DIR_SUFFIX}") if _ATTEMPT_DIR.fullmatch(p.name)]
-            if not dirs:
-                raise JobNotFound(f"no raysub job under {base}; give a job id or a log directory")
-            job = Job.from_dir(max(dirs, key=lambda p: p.stat().st_mtime))
-        ref = job.job_id
-    elif not ref.isdigit():
-        job = Job.from_dir(Path(ref))
-        if attempt is None:
-            return job
-        ref = job.job_id
-        base = job.logs.path.parent
-    found = attempts(base, ref)
-    if not found:
-        raise JobNotFound(f"no log directory of job {ref} under {base}")
+def _pick(found: list[Job], attempt: int | None, where: Path) -> Job:
     if attempt is None:
         return found[-1]
     for job in found:
         if job.attempt == attempt:
             return job
-    raise JobNotFound(f"job {ref} has no attempt {attempt} (has {', '.join(str(j.attempt) for j in found)})")
+    have = ", ".join(str(j.attempt) for j in found)
+    raise JobNotFound(f"job {found[0].job_id} has no attempt {attempt} under {where} (has {have})")
+
+
+def indexed_dir(entries: list[protocol.IndexEntry], job_id: str) -> Path | None:
+    """The LOG_DIR of the job index's newest line for ``job_id`` whose directory still exists: a later line
+    wins, since Slurm reuses job ids (after a wrap-around, or on another cluster sharing the home)."""
+    for entry in reversed(entries):
+        if entry.job_id == job_id and entry.log_dir.is_dir():
+            return entry.log_dir
+    return None
+
+
+def _places(job_id: str, base: Path | None, index: Path) -> Iterator[tuple[Path | None, str]]:
+    """Where to look for ``job_id``, best first: (a base directory, what it is), or (None, why a source had
+    none). Lazy: the index is read and Slurm asked only when the places before them had nothing."""
+    if base is not None:
+        yield base, f"under {base.absolute()} (--log-dir)"
+    try:
+        cwd = Path.cwd()
+    except OSError:
+        yield None, "not in the current directory (it no longer exists)"
+    else:
+        yield cwd, f"under {cwd} (the current directory)"
+    try:
+        entries = protocol.read_job_index(index)
+    except OSError as error:
+        yield None, f"the job index {index} is unreadable ({error.strerror})"
+    else:
+        found = indexed_dir(entries, job_id)
+        if found is not None:
+            yield found.parent, f"under {found.parent} (the job index {index})"
+        elif any(e.job_id == job_id for e in entries):
+            yield None, f"the job index {index} lists job {job_id} only in directories that are gone"
+        else:
+            yield None, f"the job index {index} has no job {job_id}"
+    record = slurm.job_dirs(job_id)
+    trouble = f" ({'; '.join(record.errors)})" if record.errors else ""
+    if not record.answered:
+        yield None, f"Slurm could not be asked{trouble}"
+    elif not record.dirs:
+        yield None, f"Slurm does not know job {job_id}{trouble}"
+    for path in record.dirs:
+        yield path, f"under {path} (Slurm's record of the job)"
+
+
+def find_by_id(job_id: str, base: Path | None, attempt: int | None, index: Path | None = None) -> Job:
+    """Attempt ``attempt`` (default: the newest) of ``job_id``, from the first place that has the job;
+    JobNotFound lists every place looked."""
+    index = protocol.job_index_path() if index is None else index
+    looked: list[str] = []
+    seen: set[Path] = set()
+    for place, what in _places(job_id, base, index):
+        if place is None:
+            looked.append(what)
+            continue
+        if place.absolute() in seen:
+            continue
+        seen.add(place.absolute())
+        looked.append(what)
+        found = attempts(place, job_id)
+        if found:
+            return _pick(found, attempt, place)
+    raise JobNotFound(f"no log directory of job {job_id}: looked {'; '.join(looked)}")
+
+
+def resolve(ref: str | None, base: Path | None, attempt: int | None = None, index: Path | None = None) -> Job:
+    """The job ``ref`` names: a LOG_DIR; a job id (its newest attempt, or ``attempt``), looked for under
+    ``base`` (an explicit --log-dir, or None), the current directory, the job ``index`` (default: this
+    user's) and Slurm's record; or, for None, the newest job under ``base`` (default: the current
+    directory): its ``latest`` link, else the most recently changed log directory."""
+    if ref is None:
+        where = (base if base is not None else Path()).absolute()
+        latest = where / protocol.LATEST
+        if latest.is_dir():
+            newest = Job.from_dir(latest.resolve())
+        else:
+            dirs = [p for p in where.glob(f"*{protocol.LOG_DIR_SUFFIX}") if _ATTEMPT_DIR.fullmatch(p.name)]
+            if not dirs:
+                raise JobNotFound(f"no raysub job under {where}; give a job id or a log directory")
+            newest = Job.from_dir(max(dirs, key=lambda p: p.stat().st_mtime))
+        return _pick(attempts(where, newest.job_id), attempt, where)
+    if not ref.isdigit():
+        job = Job.from_dir(Path(ref))
+        if attempt is None:
+            return job
+        return _pick(attempts(job.logs.path.parent, job.job_id), attempt, job.logs.path.parent)
+    return find_by_id(ref, base, attempt, index)

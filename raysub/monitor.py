@@ -33,12 +33,18 @@ MIB_PER_GIB = 1024
 CPU_UTIL = "ray_node_cpu_utilization"
 RAM_USED = "ray_node_mem_used"
 RAM_TOTAL = "ray_node_mem_total"
+GPU_AVAILABLE = "ray_node_gpus_available"
 GPU_UTIL = "ray_node_gpus_utilization"
 GPU_MEM_USED = "ray_node_gram_used"
 GPU_MEM_AVAILABLE = "ray_node_gram_available"
 NODE_METRICS = (CPU_UTIL, RAM_USED, RAM_TOTAL)
-GPU_METRICS = (GPU_UTIL, GPU_MEM_USED, GPU_MEM_AVAILABLE)
-WANTED = NODE_METRICS + GPU_METRICS
+GPU_METRICS = (GPU_AVAILABLE, GPU_UTIL, GPU_MEM_USED, GPU_MEM_AVAILABLE)
+# A GPU exists when any of the node's series carries its index: the four above, and whatever else a Ray
+# version adds per GPU (ray_node_gpu_power_milliwatts and ray_node_gpu_temperature_celsius in Ray 2.60).
+# Some Ray versions serve only some of them (2.49 on H200 nodes: ray_node_gpus_available alone).
+NODE_PREFIX = "ray_node_"
+GPU_INDEX = "GpuIndex"
+_GPU_INDEX_LABEL = f'{GPU_INDEX}="'
 
 
 @dataclass(frozen=True)
@@ -75,9 +81,14 @@ class NodeMetrics:
         )
 
 
+def _wanted(line: str) -> bool:
+    return line.startswith(NODE_METRICS) or (line.startswith(NODE_PREFIX) and _GPU_INDEX_LABEL in line)
+
+
 def _wanted_lines(text: str) -> str:
-    # An endpoint serves hundreds of metrics (~250 KB) and the parser is pure Python: hand it only ours.
-    return "\n".join(line for line in text.splitlines() if line.startswith(WANTED)) + "\n"
+    # An endpoint serves hundreds of metrics (~250 KB) and the parser is pure Python: hand it only the
+    # node's own readings and its per-GPU samples (no # HELP or # TYPE: every family parses as untyped).
+    return "\n".join(line for line in text.splitlines() if _wanted(line)) + "\n"
 
 
 def _gpu_sort_key(index: str) -> tuple[int, str]:
@@ -93,14 +104,16 @@ def parse_node_metrics(text: str) -> NodeMetrics:
     gpus: dict[str, dict[str, Any]] = {}
     for family in text_string_to_metric_families(_wanted_lines(text)):
         for sample in family.samples:
-            if sample.name not in WANTED:
-                continue
-            ip = ip or sample.labels.get("ip")
-            if sample.name in NODE_METRICS:
-                node[sample.name] = sample.value
-            elif "GpuIndex" in sample.labels:
-                gpu = gpus.setdefault(sample.labels["GpuIndex"], {"name": sample.labels.get("GpuDeviceName")})
+            labels = sample.labels
+            if GPU_INDEX in labels:  # any per-GPU series names a GPU, whether or not it has our readings
+                gpu = gpus.setdefault(labels[GPU_INDEX], {"name": None})
+                gpu["name"] = gpu["name"] or labels.get("GpuDeviceName")
                 gpu[sample.name] = sample.value
+            elif sample.name in NODE_METRICS:
+                node[sample.name] = sample.value
+            else:
+                continue  # a longer name with our prefix: ray_node_mem_used_host
+            ip = ip or labels.get("ip")
 
     def gib(value: float | None, per_gib: float) -> float | None:
         return None if value is None or math.isnan(value) else value / per_gib
@@ -399,7 +412,9 @@ class MetricsFile:
 
 
 class IdleWatch:
-    """Says once when every GPU with a known reading has stayed below ``threshold`` % for ``after`` s."""
+    """Says once when every GPU with a known reading has stayed below ``threshold`` % for ``after`` s.
+
+    A GPU whose utilisation is unknown (None) is not idle: it neither starts nor ends an idle stretch."""
 
     def __init__(self, threshold: float, after: float) -> None:
         self.threshold = threshold
@@ -408,7 +423,8 @@ class IdleWatch:
         self._warned = False
 
     def update(self, nodes: Mapping[str, NodeMetrics], now: float) -> str | None:
-        utils = [g.util_pct for n in nodes.values() for g in n.gpus if g.util_pct is not None]
+        gpus = [g.util_pct for n in nodes.values() for g in n.gpus]
+        utils = [util for util in gpus if util is not None]
         if not utils or max(utils) >= self.threshold:
             self._since, self._warned = None, False
             return None
@@ -416,7 +432,10 @@ class IdleWatch:
         if self._warned or now - self._since < self.after:
             return None
         self._warned = True
-        return f"all {len(utils)} GPUs below {self.threshold:g}% for {now - self._since:.0f} s"
+        unknown = len(gpus) - len(utils)
+        return f"all {len(utils)} GPUs below {self.threshold:g}% for {now - self._since:.0f} s" + (
+            f" ({unknown} more report no utilisation)" if unknown else ""
+        )
 
 
 def append_timeline(timeline: Path, lock: Path, phase: str, node: str, detail: str) -> None:

@@ -4,6 +4,9 @@ The rendered bash takes these names from :func:`template_names` and the Python r
 :class:`LogDir`, so both sides always agree. docs/protocol.md describes the phases and who writes what.
 """
 
+import os
+import pwd
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +25,27 @@ ENDED = "ENDED"  # anyone: the job is over; one line saying why. Every waiting n
 JOINED_NODES = "ray_joined_nodes"  # head sidecar: names of the nodes alive in Ray, one per line; rewritten
 LATEST = "latest"  # in the base directory: a symlink to the newest attempt's LOG_DIR
 
+# The per-user job index, so raysub's commands find a job from any directory (docs/protocol.md, "Finding a
+# job"). As each attempt starts, the batch script appends one line with ONE printf (a single append, so the
+# lines of concurrent jobs never interleave):
+#     <jobid>\t<restart count>\t<absolute LOG_DIR>\t<epoch seconds>\n
+# to <state home>/JOB_INDEX_DIR/JOB_INDEX, where <state home> is $XDG_STATE_HOME when it is an absolute
+# path, else <home>/STATE_HOME_DEFAULT. Read by read_job_index; tests write it with append_job_index.
+STATE_HOME_DEFAULT = ".local/state"
+JOB_INDEX_DIR = "raysub"  # made 0700
+JOB_INDEX = "jobs.tsv"
+
+# Environment variables the batch script passes to its steps. Internal: they start with an underscore, so
+# they can never be mistaken for the RAYSUB_<OPTION> defaults of raysub's own commands (a `raysub status`
+# run by the driver must not take this attempt's LOG_DIR for its --log-dir).
+ENV_PREFIX = "_RAYSUB_"
+ENV_LOG_DIR = f"{ENV_PREFIX}LOG_DIR"  # this attempt's LOG_DIR
+ENV_CANARY = f"{ENV_PREFIX}CANARY"  # the token in the canary file
+ENV_NODE_LIST = f"{ENV_PREFIX}NODE_LIST"  # the job's nodes, space-separated
+ENV_SANDBOX_HOSTS = f"{ENV_PREFIX}SANDBOX_HOSTS"  # the nodes that run a sandbox, space-separated
+# Set by each node script for everything it starts (value: the canary token); swept when the node leaves.
+ENV_MARK = f"{ENV_PREFIX}JOB_MARK"
+
 # The timeline: one JSON object per line, {"t": <epoch seconds>, "phase": ..., "node": ..., "detail": ...},
 # appended under an flock on TIMELINE_LOCK so lines from different nodes never interleave.
 TIMELINE = "timeline.jsonl"
@@ -35,6 +59,7 @@ PHASE_DRIVER_START = "driver_start"  # head
 PHASE_DRIVER_END = "driver_end"  # head; detail: the exit status
 PHASE_ENDED = "ended"  # whoever writes ENDED; detail: the reason
 PHASE_SIGNAL_FORWARDED = "signal_forwarded"  # batch script and head; detail: the signal
+PHASE_STALE_LOG_DIR = "stale_log_dir"  # batch script; detail: where another job's LOG_DIR was moved
 PHASE_GPU_IDLE = "gpu_idle"  # head's monitor; detail: how many GPUs, below what, for how long
 
 # The head's monitor (--monitor): one JSON snapshot per line, {"t": ..., "nodes": {<node>: {...}},
@@ -176,6 +201,62 @@ class LogDir:
     def container_args(self) -> list[str]:
         path = self.file(CONTAINER_ARGS)
         return path.read_text().splitlines() if path.exists() else []
+
+
+@dataclass(frozen=True)
+class IndexEntry:
+    """One line of the job index: attempt ``restart`` of job ``job_id``, its LOG_DIR, when it started."""
+
+    job_id: str
+    restart: int
+    log_dir: Path
+    started: int  # epoch seconds
+
+    def line(self) -> bytes:
+        """The line as the batch script writes it (its printf and this must agree; a unit test checks)."""
+        fields = [self.job_id, str(self.restart), os.fsdecode(self.log_dir), str(self.started)]
+        return os.fsencode("\t".join(fields) + "\n")
+
+
+def job_index_path(environ: Mapping[str, str] | None = None) -> Path:
+    """The job index of the user whose environment ``environ`` is (default: this process's)."""
+    env = os.environ if environ is None else environ
+    state = Path(env.get("XDG_STATE_HOME", ""))
+    if not state.is_absolute():  # unset, empty or relative: the XDG spec says to ignore it
+        # Without HOME (sbatch --export=NONE) the passwd entry, like the batch script's getent.
+        state = Path(env.get("HOME") or pwd.getpwuid(os.getuid()).pw_dir) / STATE_HOME_DEFAULT
+    return state / JOB_INDEX_DIR / JOB_INDEX
+
+
+def read_job_index(path: Path) -> list[IndexEntry]:
+    """Every well-formed line of the job index, oldest first ([] when there is none). A line that is not
+    four fields of the right kinds, or not yet ended by a newline, is skipped: appends from other jobs
+    never make the index unreadable. A LOG_DIR may hold tabs: it is everything between the second field
+    and the last."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return []
+    entries = []
+    for raw in data.split(b"\n")[:-1]:  # after the last newline: a line still being written
+        fields = raw.split(b"\t")
+        if len(fields) < 4:
+            continue
+        job_id, restart, started, log_dir = fields[0], fields[1], fields[-1], b"\t".join(fields[2:-1])
+        if job_id.isdigit() and restart.isdigit() and started.isdigit() and log_dir.startswith(b"/"):
+            path = Path(os.fsdecode(log_dir))
+            entries.append(IndexEntry(job_id.decode(), int(restart), path, int(started)))
+    return entries
+
+
+def append_job_index(path: Path, entry: IndexEntry) -> None:
+    """Append ``entry`` as the batch script does: the directory 0700, one write of the whole line."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, entry.line())
+    finally:
+        os.close(fd)
 
 
 def worker_tag(index: int, workers: int) -> str:

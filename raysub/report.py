@@ -17,6 +17,7 @@ from raysub.monitor import NodeMetrics, summarize
 CSP = "default-src 'none'; style-src 'unsafe-inline'"
 WIDTH, HEIGHT = 900, 260
 LEFT, RIGHT, TOP, BOTTOM = 56, 36, 12, 34
+DOT_RADIUS = 4  # a reading with no neighbour to draw a line to
 PALETTE = (
     "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd",
     "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f",
@@ -76,15 +77,17 @@ def _series(chart: Chart, snapshots: list[Snapshot]) -> dict[str, list[tuple[flo
 
 
 def _svg(chart: Chart, series: dict[str, list[tuple[float, float | None]]], t0: float, t1: float) -> str:
-    values = [v for points in series.values() for _, v in points if v is not None]
-    if not values:
+    """One chart; a reading with no neighbour to join (a one-snapshot job, a gap either side) is a dot."""
+    drawn = {name: points for name, points in sorted(series.items()) if any(v is not None for _, v in points)}
+    if not drawn:
         return '<p class="empty">Ray reported no such reading in this job.</p>'
+    values = [v for points in drawn.values() for _, v in points if v is not None]
     top = 100.0 if chart.percent else _nice_ceiling(max(values))
-    span = max(t1 - t0, 1e-9)
+    span = t1 - t0  # 0 for a single snapshot: its readings stand in the middle of the time axis
     plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
 
     def x(t: float) -> float:
-        return LEFT + (t - t0) / span * plot_w
+        return LEFT + (plot_w / 2 if span <= 0 else (t - t0) / span * plot_w)
 
     def y(v: float) -> float:
         return TOP + plot_h - min(v, top) / top * plot_h
@@ -96,33 +99,35 @@ def _svg(chart: Chart, series: dict[str, list[tuple[float, float | None]]], t0: 
             f'<line class="grid" x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{y(value):.1f}" y2="{y(value):.1f}"/>'
         )
         parts.append(f'<text x="{LEFT - 6}" y="{y(value) + 4:.1f}" text-anchor="end">{value:g}</text>')
-    for k in range(5):  # the time axis, since the first snapshot: seconds for short runs, else minutes
+    for k in range(5) if span > 0 else range(1):  # the time axis, since the first snapshot
         t = t0 + span * k / 4
         label = f"{t - t0:.0f} s" if span < 120 else f"{(t - t0) / 60:.1f} min"
         parts.append(f'<text x="{x(t):.1f}" y="{HEIGHT - 10}" text-anchor="middle">{label}</text>')
-    for index, (name, points) in enumerate(sorted(series.items())):
-        color = PALETTE[index % len(PALETTE)]
-        segment: list[str] = []
+    for index, (name, points) in enumerate(drawn.items()):
+        color, title = PALETTE[index % len(PALETTE)], f"<title>{html.escape(name)}</title>"
+        segment: list[tuple[float, float]] = []
         for t, v in [*points, (t1, None)]:  # None ends a segment: a gap where the reading was missing
             if v is not None:
-                segment.append(f"{x(t):.1f},{y(v):.1f}")
-                continue
-            if len(segment) == 1:
-                segment.append(segment[0])  # a lone reading still shows, as a dot-long line
-            if segment:
-                points_attr = " ".join(segment)
-                title = html.escape(name)
+                segment.append((x(t), y(v)))
+            elif len(set(segment)) == 1:  # one reading, or several at one instant: a line would not show
+                cx, cy = segment[-1]
                 parts.append(
-                    f'<polyline stroke="{color}" points="{points_attr}"><title>{title}</title></polyline>'
+                    f'<circle fill="{color}" cx="{cx:.1f}" cy="{cy:.1f}" r="{DOT_RADIUS}">{title}</circle>'
                 )
-            segment = []
+            elif segment:
+                points_attr = " ".join(f"{px:.1f},{py:.1f}" for px, py in segment)
+                parts.append(f'<polyline stroke="{color}" points="{points_attr}">{title}</polyline>')
+            if v is None:
+                segment = []
     parts.append("</svg>")
     swatch = '<span class="swatch" style="background:{}"></span>'
     legend = "".join(
         f"<li>{swatch.format(PALETTE[k % len(PALETTE)])}{html.escape(name)}</li>"
-        for k, name in enumerate(sorted(series))
+        for k, name in enumerate(drawn)
     )
-    return "".join(parts) + f'<ul class="legend">{legend}</ul>'
+    silent = sorted(set(series) - set(drawn))
+    note = f'<p class="empty">No reading from {html.escape(", ".join(silent))}.</p>' if silent else ""
+    return "".join(parts) + f'<ul class="legend">{legend}</ul>{note}'
 
 
 def _summary_table(snapshots: list[Snapshot]) -> str:
@@ -156,7 +161,13 @@ def render_report(title: str, snapshots: list[Snapshot]) -> str:
     """The whole page: a chart per reading over time (one line per node or GPU), then min/mean/max."""
     t0 = snapshots[0].t if snapshots else 0.0
     t1 = snapshots[-1].t if snapshots else 0.0
-    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t0)) if snapshots else "no snapshots"
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t0))
+    if not snapshots:
+        taken = "No snapshots."
+    elif len(snapshots) == 1:
+        taken = f"1 snapshot, at {when}."
+    else:
+        taken = f"{len(snapshots)} snapshots from {when}, over {(t1 - t0) / 60:.1f} min."
     charts = "".join(
         f"<h2>{html.escape(chart.title)}</h2>{_svg(chart, _series(chart, snapshots), t0, t1)}"
         for chart in CHARTS
@@ -166,6 +177,6 @@ def render_report(title: str, snapshots: list[Snapshot]) -> str:
         f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
         f"<title>{html.escape(title)}</title><style>{STYLE}</style></head><body>"
         f"<h1>{html.escape(title)}</h1>"
-        f"<p>{len(snapshots)} snapshots from {when}, over {(t1 - t0) / 60:.1f} min.</p>"
+        f"<p>{taken}</p>"
         f"{charts}<h2>Over the whole run</h2>{_summary_table(snapshots)}</body></html>\n"
     )

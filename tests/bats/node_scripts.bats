@@ -4,7 +4,7 @@
 setup() {
   load test_helper
   export LOG_DIR="${BATS_TEST_TMPDIR}/logs"
-  export RAYSUB_LOG_DIR=$LOG_DIR RAYSUB_CANARY_TOKEN="token-${BATS_TEST_NUMBER}"
+  export _RAYSUB_LOG_DIR=$LOG_DIR _RAYSUB_CANARY="token-${BATS_TEST_NUMBER}"
   export SLURM_JOB_ID="${BATS_ROOT_PID}${BATS_TEST_NUMBER}" SLURMD_NODENAME=nodeA SLURM_PROCID=1
   export FAKE_RAY_LOG="${BATS_TEST_TMPDIR}/ray-calls"
   export FAKES_PATH="${BATS_TEST_DIRNAME}/../fakes:${PATH}"
@@ -74,7 +74,7 @@ wait_node() {
 }
 
 @test "a node that cannot read the canary fails and names itself" {
-  export RAYSUB_CANARY_TOKEN=another-job
+  export _RAYSUB_CANARY=another-job
   start_node worker.sh
   wait_node
   assert_failure 1

@@ -21,7 +21,7 @@ from raysub.validate import extract
 for script in extract(Path(sys.argv[1]).read_text()):
     (Path(sys.argv[2]) / script.name).write_text(script.text)
 PY
-  printf '%s\n' "$RAYSUB_CANARY_TOKEN" >"${LOG_DIR}/raysub_canary"
+  printf '%s\n' "$_RAYSUB_CANARY" >"${LOG_DIR}/raysub_canary"
 }
 
 # Waits up to $2 seconds (default 10) for file $1 to exist.

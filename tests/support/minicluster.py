@@ -5,7 +5,7 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,15 +52,24 @@ class MiniCluster:
         # Jobs inherit this environment: put this interpreter's ray and python first on PATH.
         self.env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{self.env.get('PATH', '')}"
 
-    def run(self, *args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    def run(
+        self,
+        *args: str,
+        check: bool = True,
+        timeout: float = 120,
+        cwd: Path | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> subprocess.CompletedProcess[str]:
+        """Run a command with the cluster's environment, plus ``env``, in ``cwd`` (default: this one)."""
         return subprocess.run(
             args,
-            env=self.env,
+            env={**self.env, **(env or {})},
             check=check,
             text=True,
             capture_output=True,
             stdin=subprocess.DEVNULL,
             timeout=timeout,
+            cwd=cwd,
         )
 
     def script(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:

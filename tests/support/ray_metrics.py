@@ -2,8 +2,14 @@
 
 tests/fixtures/ray_node_metrics.txt is one CPU node's endpoint as recorded from Ray 2.60 (861 lines,
 ~230 KB). No GPU exists here, so GPU families are written the way Ray's reporter agent exports them:
-the same label set as the node's own metrics plus GpuDeviceName, GpuIndex and GpuUuid; utilisation in
-percent (-1 when the device does not report it); memory in MiB under a gauge declared as bytes.
+the same label set as the node's own metrics plus GpuDeviceName, GpuIndex and GpuUuid; 1 per GPU in
+ray_node_gpus_available; utilisation in percent (-1 when the device does not report it); memory in MiB
+under a gauge declared as bytes.
+
+tests/fixtures/ray_2.49_h200_node_metrics.txt is an 8-GPU H200 node's endpoint in the format of Ray 2.49
+(its reporter agent's labels: no RayNodeType, no GpuUuid; exported through OpenCensus, so no otel_scope
+labels), shortened, with what such nodes were seen to serve: ray_node_gpus_available for every GPU and no
+utilisation or GPU memory sample at all.
 """
 
 import http.server
@@ -14,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 RECORDED = Path(__file__).resolve().parents[1] / "fixtures" / "ray_node_metrics.txt"
+H200_RAY_2_49 = RECORDED.with_name("ray_2.49_h200_node_metrics.txt")
 RECORDED_IP = "192.0.2.2"
 OTEL = (
     'otel_scope_name="ray._private.telemetry.open_telemetry_metric_recorder",'
@@ -23,11 +30,13 @@ OTEL = (
 
 @dataclass(frozen=True)
 class Gpu:
+    """One GPU's samples; None leaves a sample out (its ray_node_gpus_available is always there)."""
+
     index: str
     name: str
-    util: float
-    used_mib: float
-    available_mib: float
+    util: float | None
+    used_mib: float | None
+    available_mib: float | None
 
 
 def labels(ip: str, extra: str = "") -> str:
@@ -64,13 +73,15 @@ def exposition(
         uuid = f"GPU-{int(gpu.index):08x}-0000-0000-0000-000000000000"
         return labels(ip, f'GpuDeviceName="{gpu.name}",GpuIndex="{gpu.index}",GpuUuid="{uuid}",')
 
-    if gpus:
-        for name, help_text, value in (
-            ("ray_node_gpus_utilization", "Total GPUs usage on a ray node", "util"),
-            ("ray_node_gram_used", "Total GPU RAM usage on a ray node", "used_mib"),
-            ("ray_node_gram_available", "Total GPU RAM available on a ray node", "available_mib"),
-        ):
-            text += gauge(name, help_text, [f"{name}{gpu_labels(g)} {getattr(g, value)}" for g in gpus])
+    for name, help_text, value in (
+        ("ray_node_gpus_available", "Total GPUs available on a ray node", None),
+        ("ray_node_gpus_utilization", "Total GPUs usage on a ray node", "util"),
+        ("ray_node_gram_used", "Total GPU RAM usage on a ray node", "used_mib"),
+        ("ray_node_gram_available", "Total GPU RAM available on a ray node", "available_mib"),
+    ):
+        values = [(g, 1 if value is None else getattr(g, value)) for g in gpus]
+        if samples := [f"{name}{gpu_labels(g)} {v}" for g, v in values if v is not None]:
+            text += gauge(name, help_text, samples)
     return text
 
 

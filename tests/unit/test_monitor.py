@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from raysub.metrics import table
 from raysub.monitor import (
     GIB,
+    GpuMetrics,
     IdleWatch,
     MetricsFile,
     NodeMetrics,
@@ -21,7 +23,7 @@ from raysub.monitor import (
     snapshot_line,
     tokens_per_second_per_gpu,
 )
-from tests.support.ray_metrics import RECORDED, Gpu, exposition, serve
+from tests.support.ray_metrics import H200_RAY_2_49, RECORDED, Gpu, exposition, labels, serve
 
 H100 = "NVIDIA H100 80GB HBM3"
 GPUS = (
@@ -61,6 +63,55 @@ def test_gpu_units_unknown_readings_and_mig_indices() -> None:
     assert (by_index["1"].mem_used_gib, by_index["1"].mem_total_gib) == (1.0, 80.0)
     assert (by_index["2001"].util_pct, by_index["2001"].mem_total_gib) == (12.5, 39.5)
     assert by_index["10"].util_pct == 0.0
+
+
+def test_gpus_that_serve_only_gpus_available_are_listed_with_unknown_readings() -> None:
+    # Ray 2.49 on H200 nodes: ray_node_gpus_available for every GPU, no utilisation nor memory sample.
+    node = parse_node_metrics(H200_RAY_2_49.read_text())
+    assert (node.ip, node.cpu_util_pct) == ("10.0.0.5", 6.3)
+    assert node.ram_total_gib == pytest.approx(2.023725645824e12 / GIB)
+    assert node.gpus == [GpuMetrics(str(i), "NVIDIA H200", None, None, None) for i in range(8)]
+    rows = table({"h200-node": node}).splitlines()[2:]
+    assert [row.split() for row in rows] == [[str(i), "NVIDIA", "H200", "?", "?/?"] for i in range(8)]
+    stored = json.loads(snapshot_line({"n": node}, {}, []))["nodes"]["n"]
+    assert NodeMetrics.from_dict(stored).gpus == node.gpus
+
+
+def test_some_gpus_with_readings_some_without() -> None:
+    gpus = (
+        Gpu("0", H100, 55.0, 1024, 80896),
+        Gpu("1", H100, None, 2048, 79872),  # no utilisation sample
+        Gpu("2", H100, 30.0, None, None),  # no memory samples
+        Gpu("3", H100, None, None, None),  # ray_node_gpus_available only
+        Gpu("4", H100, -1, 512, None),  # utilisation not supported; no total
+    )
+    node = parse_node_metrics(exposition("10.0.0.9", 1.0, GIB, 2 * GIB, gpus))
+    assert [(g.index, g.util_pct, g.mem_used_gib, g.mem_total_gib) for g in node.gpus] == [
+        ("0", 55.0, 1.0, 80.0),
+        ("1", None, 2.0, 80.0),
+        ("2", 30.0, None, None),
+        ("3", None, None, None),
+        ("4", None, 0.5, None),
+    ]
+    assert {g.name for g in node.gpus} == {H100}
+
+
+def test_any_per_gpu_series_of_the_node_names_a_gpu() -> None:
+    # Ray 2.5x adds power and temperature per GPU; a GPU known only from one of them is still a GPU.
+    gpu = labels("10.0.0.4", 'GpuDeviceName="NVIDIA H200",GpuIndex="3",')
+    raylet = labels("10.0.0.4", 'Component="raylet",')
+    text = (
+        "# HELP ray_node_gpu_temperature_celsius Current GPU temperature in Celsius\n"
+        "# TYPE ray_node_gpu_temperature_celsius gauge\n"
+        f"ray_node_gpu_temperature_celsius{gpu} 41.0\n"
+        "# HELP ray_component_cpu_percentage Total CPU usage of the components on a node.\n"
+        "# TYPE ray_component_cpu_percentage gauge\n"
+        f"ray_component_cpu_percentage{raylet} 2.0\n"
+    )
+    node = parse_node_metrics(text)
+    assert node == NodeMetrics(
+        "10.0.0.4", None, None, None, [GpuMetrics("3", "NVIDIA H200", None, None, None)]
+    )
 
 
 def test_absent_fields_are_none_and_malformed_text_raises() -> None:
@@ -178,6 +229,16 @@ def test_idle_watch_warns_once_per_idle_stretch() -> None:
     assert watch.update(nodes(None, None), 200) is None  # nothing known: not called idle
     assert watch.update(nodes(0.0, 0.0), 300) is None
     assert watch.update(nodes(0.0, 0.0), 400) == "all 2 GPUs below 5% for 100 s"
+
+
+def test_idle_watch_takes_gpus_without_utilisation_for_unknown_not_idle() -> None:
+    unknown = parse_node_metrics(H200_RAY_2_49.read_text())  # 8 GPUs, no utilisation
+    watch = IdleWatch(threshold=5.0, after=60)
+    assert all(watch.update({"h200": unknown}, t) is None for t in range(0, 3600, 5))
+    idle = parse_node_metrics(exposition("10.0.0.2", 0, 0, 1, (Gpu("0", H100, 1.0, 0, 1),), padding=False))
+    assert watch.update({"h200": unknown, "idle": idle}, 4000) is None
+    warning = watch.update({"h200": unknown, "idle": idle}, 4060)
+    assert warning == "all 1 GPUs below 5% for 60 s (8 more report no utilisation)"
 
 
 def test_snapshot_line_round_trips() -> None:

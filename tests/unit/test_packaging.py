@@ -1,5 +1,7 @@
 """A wheel built from the tree carries the templates and installs a working ``raysub`` command."""
 
+import os
+import shutil
 import subprocess
 import sys
 import venv
@@ -55,3 +57,21 @@ def test_wheel_installs_into_a_fresh_venv(wheel: Path, tmp_path: Path) -> None:
         [str(env_dir / "bin" / "raysub"), "--help"], capture_output=True, text=True, check=True
     )
     assert "Usage: raysub" in out.stdout
+
+    # pip install is enough for --strict: shellcheck comes with raysub, found though not on PATH.
+    only_bash = tmp_path / "path"
+    only_bash.mkdir()
+    bash = shutil.which("bash")
+    assert bash is not None
+    (only_bash / "bash").symlink_to(bash)
+    job = tmp_path / "job.sub"
+    raysub = str(env_dir / "bin" / "raysub")
+    subprocess.run([raysub, "render", "--nodes", "2", "-o", str(job), "--", "true"], check=True)
+    out = subprocess.run(
+        [raysub, "validate", "--strict", str(job)],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "PATH": str(only_bash)},
+    )
+    assert out.returncode == 0, out.stderr

@@ -2,6 +2,7 @@
 
 import json
 import math
+import re
 import sys
 import types
 from collections.abc import Callable
@@ -9,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from raysub.metrics import read_snapshots
-from raysub.monitor import GIB, RayGpuMonitor, parse_node_metrics, snapshot_line
+from raysub.metrics import Snapshot, read_snapshots
+from raysub.monitor import GIB, GpuMetrics, NodeMetrics, RayGpuMonitor, parse_node_metrics, snapshot_line
 from raysub.protocol import LogDir
-from raysub.report import PALETTE, render_report
+from raysub.report import BOTTOM, HEIGHT, LEFT, PALETTE, RIGHT, TOP, WIDTH, render_report
 from raysub.slurm import SlurmState
 from raysub.wandb_sink import WandbSink
 from tests.conftest import RunCli
@@ -111,6 +112,62 @@ def test_report_is_one_offline_page(raysub_cli: RunCli, job: LogDir, tmp_path: P
     assert not any(marker in page for marker in ("<script", "src=", "href=", "url(", "@import"))
     assert page.count("<polyline") == 6 + 6 + 3 + 3
     assert "<td>node1/gpu0</td><td>GPU memory used GiB</td><td>0.0</td><td>19.5</td><td>39.0</td>" in page
+
+
+def test_a_one_snapshot_report_shows_every_reading(tmp_path: Path) -> None:
+    logs = LogDir.of(tmp_path, 4713)
+    write_metrics(logs, cycles=1)
+    page = render_report("raysub job 4713", read_snapshots(logs.metrics))
+    assert "1 snapshot, at " in page
+    svgs = re.findall(r"<svg .*?</svg>", page)
+    assert len(svgs) == 4
+    names = [
+        [f"node{n}/gpu{i}" for n in (1, 2, 3) for i in range(2)],
+        [f"node{n}/gpu{i}" for n in (1, 2, 3) for i in range(2)],
+        ["node1", "node2", "node3"],
+        ["node1", "node2", "node3"],
+    ]
+    for svg, expected in zip(svgs, names, strict=True):
+        assert "<polyline" not in svg  # a one-point line is not seen: every reading is a dot
+        dots = re.findall(
+            r'<circle fill="(#[0-9a-f]{6})" cx="([\d.]+)" cy="([\d.]+)" r="([\d.]+)"><title>([^<]*)', svg
+        )
+        assert [dot[4] for dot in dots] == expected
+        for color, cx, cy, r, _ in dots:
+            assert color in PALETTE and float(r) >= 3
+            assert LEFT < float(cx) < WIDTH - RIGHT and TOP <= float(cy) <= HEIGHT - BOTTOM
+        assert len({dot[0] for dot in dots}) == len(expected)  # each its own colour
+    util = 50 + 40 * math.sin(0 / 5 + 1 + 2)  # node2/gpu1 in the first snapshot
+    cells = "".join(f"<td>{util:.1f}</td>" for _ in range(3))
+    assert f"<td>node2/gpu1</td><td>GPU utilisation %</td>{cells}</tr>" in page
+    assert "<td>node3</td><td>CPU utilisation %</td><td>50.0</td><td>50.0</td><td>50.0</td>" in page
+    assert "<td>node1/gpu1</td><td>GPU memory used GiB</td><td>1.0</td><td>1.0</td><td>1.0</td>" in page
+
+
+def test_lone_readings_in_a_longer_run_are_dots_and_silent_series_are_named(tmp_path: Path) -> None:
+    def node(util: float | None) -> NodeMetrics:
+        return NodeMetrics("10.0.0.1", 5.0, 1.0, 2.0, [GpuMetrics("0", H100, util, None, None)])
+
+    snapshots = [
+        Snapshot(100.0 + 5 * k, {"n1": node(u), "n2": node(None)}, {}, [])
+        for k, u in enumerate([10.0, None, 30.0, 40.0, None])
+    ]
+    page = render_report("job", snapshots)
+    util_chart = re.findall(r"<svg .*?</svg>", page)[0]
+    assert util_chart.count("<circle") == 1 and util_chart.count("<polyline") == 1  # 10 alone; 30-40 a line
+    assert "No reading from n2/gpu0." in page
+    assert "n2/gpu0</li>" not in page
+
+
+def test_chromium_draws_a_one_snapshot_report(tmp_path: Path) -> None:
+    logs = LogDir.of(tmp_path, 4713)
+    write_metrics(logs, cycles=1)
+    page = tmp_path / "one.html"
+    page.write_text(render_report("raysub job 4713", read_snapshots(logs.metrics)))
+    image, requested = render_page(page, tmp_path)
+    assert requested == set()
+    for color in PALETTE[:6]:
+        assert pixels_of(image, color) > 20, color
 
 
 def test_report_escapes_names_and_survives_no_data() -> None:

@@ -1,0 +1,15 @@
+"""Unit tests never read or write the real user's job index: XDG_STATE_HOME points into a temp dir."""
+
+from pathlib import Path
+
+import pytest
+
+from raysub import protocol
+
+
+@pytest.fixture(autouse=True)
+def job_index(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """This test's (empty) job index; the path ``raysub`` commands read and write."""
+    state = tmp_path_factory.mktemp("state")
+    monkeypatch.setenv("XDG_STATE_HOME", str(state))
+    return protocol.job_index_path()
