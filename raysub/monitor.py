@@ -439,10 +439,14 @@ class IdleWatch:
 
 
 def append_timeline(timeline: Path, lock: Path, phase: str, node: str, detail: str) -> None:
-    """One timeline.jsonl line, under the same flock as the bash writers."""
+    """One timeline.jsonl line, under the same flock as the bash writers; written unlocked where flock
+    fails (NFSv3 without lockd: ENOLCK; Lustre mounted noflock), as the bash writers do."""
     line = json.dumps({"t": time.time(), "phase": phase, "node": node, "detail": detail}) + "\n"
     with lock.open("a") as held:
-        fcntl.flock(held, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(held, fcntl.LOCK_EX)
+        except OSError as error:
+            print(f"raysub monitor: timeline written without a lock: {error}", file=sys.stderr)
         with timeline.open("a") as out:
             out.write(line)
 

@@ -198,6 +198,13 @@ class JobSpec:
                 raise SpecError(option, f"must be at least 1 second, not {seconds}")
         if self.signal_before is not None and self.signal_before < 1:
             raise SpecError("--signal-before", f"must be at least 1 second, not {self.signal_before}")
+        limit = time_limit_seconds(self.time) if self.time is not None else None
+        if self.signal_before is not None and limit is not None and self.signal_before >= limit:
+            raise SpecError(
+                "--signal-before",
+                f"{self.signal_before} s is not before the end of --time {self.time} ({limit} s): "
+                "the warning would come at the start of the job, or never",
+            )
         if self.forward_signal not in FORWARDABLE_SIGNALS:
             raise SpecError(
                 "--forward-signal", f"{self.forward_signal!r} is not one of {', '.join(FORWARDABLE_SIGNALS)}"
@@ -263,6 +270,21 @@ class JobSpec:
                 f"Ray's socket paths under it "
                 f"would pass the kernel's {MAX_SOCKET_PATH}-byte limit: keep it to {limit}",
             )
+
+
+def time_limit_seconds(text: str) -> int | None:
+    """A Slurm time limit in seconds (None for UNLIMITED). sbatch reads minutes, minutes:seconds,
+    hours:minutes:seconds, days-hours, days-hours:minutes and days-hours:minutes:seconds."""
+    if text.upper() in ("UNLIMITED", "INFINITE"):
+        return None
+    days, _, rest = text.rpartition("-")
+    parts = [int(p) for p in rest.split(":")]
+    if days:
+        hours, minutes, seconds = [*parts, 0, 0][:3]
+        return ((int(days) * 24 + hours) * 60 + minutes) * 60 + seconds
+    if len(parts) == 3:
+        return (parts[0] * 60 + parts[1]) * 60 + parts[2]
+    return parts[0] * 60 + (parts[1] if len(parts) == 2 else 0)
 
 
 def parse_env(pairs: tuple[str, ...]) -> tuple[tuple[str, str], ...]:

@@ -126,3 +126,63 @@ wait_node() {
   assert_output --partial "head on nodeA: this Ray does not enforce token authentication"
   assert [ ! -e "${LOG_DIR}/DRIVER_STARTED" ]
 }
+
+@test "a flock that fails (NFSv3 without lockd) does not stop the timeline" {
+  local fakes="${BATS_TEST_TMPDIR}/failing-flock"
+  mkdir -p "$fakes"
+  printf '#!/bin/sh\necho "flock: 9: No locks available" >&2\nexit 1\n' >"${fakes}/flock"
+  chmod +x "${fakes}/flock"
+  printf 'head: gave up\n' >"${LOG_DIR}/ENDED"
+  FAKES_PATH="${fakes}:${FAKES_PATH}" start_node worker.sh
+  wait_node
+  assert_success
+  run grep -c '"phase": "canary_ok"' "${LOG_DIR}/timeline.jsonl"
+  assert_output "1"
+}
+
+@test "a worker with a bad --interface fails the node instead of starting Ray without an address" {
+  render_node_scripts --nodes 2 --gpus-per-node 0 --interface nosuchif0 --ray-temp-dir '/tmp/rb%j/%n' -- true
+  printf '10.0.0.1:7379\n' >"${LOG_DIR}/STARTED_RAY_HEAD"
+  start_node worker.sh
+  wait_node
+  assert_failure 1
+  assert_equal "$(cat "${LOG_DIR}/ENDED")" "worker 1 on nodeA: interface nosuchif0 has no IPv4 address on nodeA"
+  assert_equal "$(cat "$FAKE_RAY_LOG")" ""
+}
+
+@test "when many nodes end the job at once, exactly one reason wins and is the one in the timeline" {
+  local k
+  for k in $(seq 1 20); do
+    PATH=$FAKES_PATH bash -c 'source <(sed -n "/^# ---- shared by the batch script/,/^# ---- end of shared/p" "$1")
+      end_job "reason $2"' _ "${LOG_DIR}/worker.sh" "$k" 3>&- &
+  done
+  wait
+  run grep -c '"phase": "ended"' "${LOG_DIR}/timeline.jsonl"
+  assert_output "1"
+  local winner
+  winner=$(cat "${LOG_DIR}/ENDED")
+  run grep -F "\"detail\": \"${winner}\"" "${LOG_DIR}/timeline.jsonl"
+  assert_success
+}
+
+@test "a process the job left behind (setsid) is stopped when the node leaves; TERM after ENDED exits 0" {
+  printf '10.0.0.1:7379\n' >"${LOG_DIR}/STARTED_RAY_HEAD"
+  start_node worker.sh
+  wait_file "${FAKE_RAY_LOG}.pids" 5
+  local ray_pid mark state
+  ray_pid=$(head -n 1 "${FAKE_RAY_LOG}.pids")
+  mark=$(tr '\0' '\n' <"/proc/${ray_pid}/environ" | grep '^_RAYSUB_JOB_MARK=')
+  assert_equal "$mark" "_RAYSUB_JOB_MARK=${_RAYSUB_CANARY}"
+  # Stands in for a daemon a Ray task started: it carries the mark but is outside the node's process tree.
+  env "$mark" setsid sleep 300 </dev/null >/dev/null 2>&1 3>&- &
+  local daemon_pid=$!
+  printf 'driver exited with status 0\n' >"${LOG_DIR}/ENDED"
+  kill -TERM "$node_pid"
+  wait_node
+  assert_success
+  refute_output --partial "Killed"
+  sleep 0.3
+  state=$(awk '{ print $3 }' "/proc/${daemon_pid}/stat" 2>/dev/null || printf 'gone')
+  [[ $state == Z || $state == gone ]] || kill -KILL "$daemon_pid"
+  assert_equal "$([[ $state == Z || $state == gone ]] && echo stopped || echo "running ($state)")" stopped
+}

@@ -286,3 +286,18 @@ def test_the_monitor_benchmark_runs() -> None:
         cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=120, check=True,
     )  # fmt: skip
     assert "one cycle, 4 endpoints" in out.stdout
+
+
+def test_timeline_is_written_when_flock_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    from raysub import monitor
+
+    def no_locks(*_: object) -> None:
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr("fcntl.flock", no_locks)
+    timeline = tmp_path / "timeline.jsonl"
+    monitor.append_timeline(timeline, tmp_path / "timeline.lock", "gpu_idle", "node1", "idle")
+    [event] = [json.loads(line) for line in timeline.read_text().splitlines()]
+    assert (event["phase"], event["node"], event["detail"]) == ("gpu_idle", "node1", "idle")

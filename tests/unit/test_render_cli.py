@@ -186,3 +186,30 @@ def test_bad_signal_options(raysub_cli: RunCli, args: list[str], option: str) ->
     result = raysub_cli("render", "-N", "2", *args, "--", "x")
     assert (result.code, result.stdout) == (2, "")
     assert f"'{option}'" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("30", 1800),
+        ("5:30", 330),
+        ("4:00:00", 14400),
+        ("1-12", 129600),
+        ("1-2:03", 93780),
+        ("1-0:0:5", 86405),
+    ],
+)
+def test_slurm_time_limits_in_seconds(text: str, seconds: int) -> None:
+    from raysub.spec import time_limit_seconds
+
+    assert time_limit_seconds(text) == seconds
+    assert time_limit_seconds("UNLIMITED") is None
+
+
+def test_signal_before_must_come_before_the_time_limit(raysub_cli: RunCli) -> None:
+    refused = raysub_cli("render", "--nodes", "2", "--time", "10", "--signal-before", "600", "--", "true")
+    assert refused.code == 2
+    assert "--signal-before" in refused.stderr and "600 s" in refused.stderr
+    assert (
+        raysub_cli("render", "--nodes", "2", "--time", "10", "--signal-before", "599", "--", "true").code == 0
+    )
