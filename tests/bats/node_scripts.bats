@@ -186,3 +186,17 @@ wait_node() {
   [[ $state == Z || $state == gone ]] || kill -KILL "$daemon_pid"
   assert_equal "$([[ $state == Z || $state == gone ]] && echo stopped || echo "running ($state)")" stopped
 }
+
+@test "a unit counter that cannot import Ray's API ends the job at once with its error" {
+  local nopy="${BATS_TEST_TMPDIR}/python-without-ray"
+  mkdir -p "$nopy"
+  ln -s /usr/bin/python3 "${nopy}/python3"
+  run /usr/bin/python3 -c 'import ray'
+  [[ $status -ne 0 ]] || skip "/usr/bin/python3 has Ray"
+  FAKES_PATH="${nopy}:${FAKES_PATH}" start_node head.sh
+  wait_node
+  assert_failure 1
+  run cat "${LOG_DIR}/ENDED"
+  assert_output --regexp "^head on nodeA: the unit counter exited with status 1: ModuleNotFoundError: No module named 'ray'$"
+  assert [ ! -e "${LOG_DIR}/DRIVER_STARTED" ]
+}
