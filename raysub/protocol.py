@@ -43,7 +43,7 @@ ENV_LOG_DIR = f"{ENV_PREFIX}LOG_DIR"  # this attempt's LOG_DIR
 ENV_CANARY = f"{ENV_PREFIX}CANARY"  # the token in the canary file
 ENV_NODE_LIST = f"{ENV_PREFIX}NODE_LIST"  # the job's nodes, space-separated
 ENV_SANDBOX_HOSTS = f"{ENV_PREFIX}SANDBOX_HOSTS"  # the nodes that run a sandbox, space-separated
-# Set by each node script for everything it starts (value: the canary token); swept when the node leaves.
+# Set by each node script for everything it starts ("<canary> <role>"); swept when the script ends.
 ENV_MARK = f"{ENV_PREFIX}JOB_MARK"
 
 # The timeline: one JSON object per line, {"t": <epoch seconds>, "phase": ..., "node": ..., "detail": ...},

@@ -172,7 +172,7 @@ wait_node() {
   local ray_pid mark state
   ray_pid=$(head -n 1 "${FAKE_RAY_LOG}.pids")
   mark=$(tr '\0' '\n' <"/proc/${ray_pid}/environ" | grep '^_RAYSUB_JOB_MARK=')
-  assert_equal "$mark" "_RAYSUB_JOB_MARK=${_RAYSUB_CANARY}"
+  assert_equal "$mark" "_RAYSUB_JOB_MARK=${_RAYSUB_CANARY} worker 1"
   # Stands in for a daemon a Ray task started: it carries the mark but is outside the node's process tree.
   env "$mark" setsid sleep 300 </dev/null >/dev/null 2>&1 3>&- &
   local daemon_pid=$!
