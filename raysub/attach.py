@@ -29,5 +29,8 @@ def ray_environment(job: Job) -> dict[str, str]:
 
 
 def command(job: Job, node: str | None, worker: int | None, argv: list[str]) -> list[str]:
-    """The srun command line that attaches to the chosen node, in the job's container if it has one."""
-    return attach_command(job.job_id, target_node(job, node, worker), job.logs.container_args(), argv)
+    """The srun command line that attaches to the chosen node, in the job's container if it has one: on
+    the head node the head's own (running) container; elsewhere a new one from the job's image."""
+    target = target_node(job, node, worker)
+    on_head = any(e.role == protocol.ROLE_HEAD and e.node == target for e in job.logs.node_map())
+    return attach_command(job.job_id, target, job.logs.container_args(head=on_head), argv)

@@ -428,8 +428,10 @@ def attach(
 ) -> None:
     """Open a shell (or run COMMAND) on a node of running JOB: the head unless --node or --worker.
 
-    Runs srun --overlap --jobid=JOB --pty on that node, inside the job's container when it has one,
-    with RAY_ADDRESS set and, for a job with --auth token, the path of its Ray token.
+    Runs srun --overlap --jobid=JOB --pty on that node, with RAY_ADDRESS set and, for a job with
+    --auth token, the path of its Ray token. In a job with --container-image the shell is in the head's
+    running container on the head node, elsewhere in a new container from the job's image, with the
+    job's mounts (docs/containers.md).
 
     \b
     Example:

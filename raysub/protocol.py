@@ -78,8 +78,12 @@ ATTACH_ENV = "attach.env"  # batch script: "<jobid> <head node>", read by attach
 NODE_MAP = "nodes.tsv"  # batch script: "<role>\t<index>\t<node>" per node: head 0, worker 0..N-2
 ROLE_HEAD = "head"
 ROLE_WORKER = "worker"
-# batch script, with a container: the steps' pyxis options, one per line, for raysub attach
+# batch script, with --container-image: the head step's pyxis options, one per line, which raysub attach
+# and attach.sh use to join the head's container (or, without its name, to start the job's image elsewhere)
 CONTAINER_ARGS = "container_srun_options"
+# The head's container is named <prefix><canary>: unique per attempt. Workers' and sandboxes' are unnamed.
+CONTAINER_NAME_PREFIX = "raysub-"
+CONTAINER_NAME_OPTION = "--container-name="
 
 # Ray token authentication (--auth token): the batch script writes a random per-job token here, the
 # directory 0700 and the file 0600, before any step starts. Every node, the driver and raysub's own
@@ -198,9 +202,12 @@ class LogDir:
         """The Ray log of a node of the node map."""
         return self.head_log if entry.role == ROLE_HEAD else self.worker_log(entry.index, workers)
 
-    def container_args(self) -> list[str]:
+    def container_args(self, head: bool = True) -> list[str]:
+        """The pyxis options to attach with: the head's container itself, or (``head=False``) a new
+        container from the same image with the same mounts, as the unnamed worker containers are."""
         path = self.file(CONTAINER_ARGS)
-        return path.read_text().splitlines() if path.exists() else []
+        options = path.read_text().splitlines() if path.exists() else []
+        return [o for o in options if head or not o.startswith(CONTAINER_NAME_OPTION)]
 
 
 @dataclass(frozen=True)

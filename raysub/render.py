@@ -8,7 +8,7 @@ from pathlib import Path
 
 import jinja2
 
-from raysub import __version__, protocol
+from raysub import __version__, protocol, slurm
 from raysub.spec import MAX_SOCKET_PATH, RAY_SOCKET_SUFFIX, JobSpec
 
 # The batch script and the scripts it writes into LOG_DIR, in the order they are written.
@@ -92,16 +92,6 @@ def heredoc_delimiter(name: str, text: str) -> str:
     return delimiter
 
 
-def container_args(spec: JobSpec) -> list[str]:
-    """pyxis options for the head and worker steps (mounts are added in the script, with LOG_DIR)."""
-    if not spec.container_image:
-        return []
-    args = [f"--container-image={spec.container_image}", "--container-name=raysub"]
-    if spec.container_workdir:
-        args.append(f"--container-workdir={spec.container_workdir}")
-    return args
-
-
 def render(spec: JobSpec) -> str:
     """The sbatch script for ``spec``, after checking it (raises SpecError)."""
     spec.check()
@@ -112,7 +102,8 @@ def render(spec: JobSpec) -> str:
         "version": __version__,
         "socket_suffix": RAY_SOCKET_SUFFIX,
         "max_socket_path": MAX_SOCKET_PATH,
-        "container_args": container_args(spec),
+        "attach_options": [*slurm.ATTACH_OPTIONS],
+        "attach_shell": [*slurm.ATTACH_SHELL],
         "srun_args": [f"--cpus-per-task={spec.cpus_per_task}"] if spec.cpus_per_task else [],
         "worker_log_pattern": protocol.worker_log_pattern(spec.workers),
         "sandbox_log_pattern": protocol.sandbox_log_pattern(),

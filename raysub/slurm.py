@@ -111,16 +111,19 @@ def job_dirs(job_id: str) -> JobRecord:
     return JobRecord(list(dict.fromkeys(found)), answered, errors)
 
 
+# How raysub attach and attach.sh reach a node of a running job: a step beside the others, sharing their
+# resources, with a terminal; and what it runs when given no command.
+ATTACH_OPTIONS = ("--overlap", "--nodes=1", "--ntasks=1", "--pty")
+ATTACH_SHELL = ("bash", "-l")
+
+
 def attach_command(job_id: str, node: str, container: list[str], command: list[str]) -> list[str]:
-    """srun onto ``node`` of a running job, sharing its resources, with a terminal."""
+    """srun onto ``node`` of a running job, in the container ``container`` describes, if any."""
     return [
         "srun",
-        "--overlap",
+        *ATTACH_OPTIONS,
         f"--jobid={job_id}",
-        "--nodes=1",
-        "--ntasks=1",
         f"--nodelist={node}",
-        "--pty",
         *container,
-        *(command or ["bash", "-l"]),
+        *(command or ATTACH_SHELL),
     ]

@@ -24,9 +24,8 @@ from hypothesis import strategies as st
 from raysub import protocol
 from raysub.render import environment, render
 from raysub.spec import JobSpec
+from tests.support.batch import FAKES, read_env
 
-REPO = Path(__file__).resolve().parents[2]
-FAKES = REPO / "tests" / "fakes"
 # What an injected command would create: if it ever exists, some value ran as code.
 CANARY = Path(tempfile.gettempdir()) / f"raysub-injected-{os.getpid()}"
 INJECT = f"touch {CANARY}"
@@ -66,11 +65,6 @@ def workdir() -> Iterator[Path]:
         shutil.rmtree(f"/tmp/rsh{JOB_ID}", ignore_errors=True)
 
 
-def read_env(path: Path) -> dict[str, str]:
-    entries = path.read_bytes().split(b"\0")
-    return dict(e.decode().split("=", 1) for e in entries if e)
-
-
 def run(argv: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, timeout=60, check=False)
 
@@ -108,6 +102,10 @@ def check_job(args: list[str], env: dict[str, str], setup: str, name: str, image
         assert run(["bash", "-n", str(job)], tmp, batch_env).returncode == 0
         batch = run(["bash", str(job)], tmp, batch_env)
         log_dir = protocol.LogDir.of(base, JOB_ID)
+        if image and re.search("[,:]", logs):  # pyxis could not mount LOG_DIR: refused before any step
+            assert b"which pyxis --container-mounts cannot take" in batch.stderr
+            assert (batch.returncode, list(srun_dir.iterdir())) == (1, [])
+            return
         # Every step was "started" and returned at once, so the supervisor ended the job: as designed.
         assert batch.returncode == 1, batch.stderr.decode(errors="replace")[-2000:]
         assert log_dir.ended.exists(), batch.stderr.decode(errors="replace")[-2000:]

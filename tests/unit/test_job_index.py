@@ -12,11 +12,10 @@ import pytest
 
 from raysub import protocol
 from raysub.protocol import IndexEntry, append_job_index, job_index_path, read_job_index
-from raysub.render import render
 from raysub.spec import JobSpec
-from tests.support.prereq import REPO
+from tests.support import batch
 
-FAKES = REPO / "tests" / "fakes"
+FAKES = batch.FAKES
 JOB_ID = str(os.getpid())
 
 
@@ -77,7 +76,7 @@ def test_index_path_follows_xdg_state_home_then_home() -> None:
 def run_batch_script(
     tmp_path: Path, env: dict[str, str], restart: int = 0
 ) -> subprocess.CompletedProcess[str]:
-    """Render a 2-node job with a relative --log-dir and run its batch script in ``tmp_path/submit``."""
+    """A 2-node job with a relative --log-dir, its batch script run in ``tmp_path/submit``."""
     spec = JobSpec(
         nodes=2,
         gpus_per_node=0,
@@ -87,38 +86,10 @@ def run_batch_script(
         log_dir="runs",
         monitor=False,
     )
-    submit = tmp_path / "submit"
-    submit.mkdir()
-    job = submit / "job.sub"
-    job.write_text(render(spec))
-    srun_dir = tmp_path / "srun"
-    srun_dir.mkdir()
-    batch_env = {
-        "PATH": f"{FAKES}:/usr/bin:/bin",
-        "SLURM_JOB_ID": JOB_ID,
-        "SLURM_JOB_NODELIST": "nodeA,nodeB",
-        "SLURMD_NODENAME": "nodeA",
-        "SLURM_RESTART_COUNT": str(restart),
-        "FAKE_SRUN_DIR": str(srun_dir),
-        **env,
-    }
     try:
-        done = subprocess.run(
-            ["bash", str(job)],
-            cwd=submit,
-            env=batch_env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        return batch.run_batch_script(tmp_path, spec, env, JOB_ID, restart).done
     finally:
         shutil.rmtree(f"/tmp/rsi{JOB_ID}", ignore_errors=True)
-    # Every step "started" and returned at once, so the supervisor ended the job: as designed.
-    assert done.returncode == 1, done.stderr[-2000:]
-    log_dir = protocol.LogDir.of(submit / "runs", JOB_ID, restart)
-    assert log_dir.ended.read_text().startswith(("head step exited", "workers step exited")), done.stderr
-    return done
 
 
 def test_the_batch_script_appends_this_attempt(tmp_path: Path) -> None:

@@ -169,17 +169,19 @@ def test_attach_builds_srun_onto_the_chosen_node(base: Path) -> None:
     from raysub.jobs import resolve
 
     job = resolve("4711", base)
-    head = ["srun", "--overlap", "--jobid=4711", "--nodes=1", "--ntasks=1"]
-    assert command(job, None, None, []) == [*head, "--nodelist=node1", "--pty", "bash", "-l"]
-    assert command(job, None, 1, ["hostname"]) == [*head, "--nodelist=node3", "--pty", "hostname"]
-    assert command(job, "node4", None, ["id"])[5] == "--nodelist=node4"
-    (job.logs.path / protocol.CONTAINER_ARGS).write_text("--container-image=img\n--container-name=raysub\n")
-    assert command(job, None, None, ["x"])[6:] == [
-        "--pty",
+    srun = ["srun", "--overlap", "--nodes=1", "--ntasks=1", "--pty", "--jobid=4711"]
+    assert command(job, None, None, []) == [*srun, "--nodelist=node1", "bash", "-l"]
+    assert command(job, None, 1, ["hostname"]) == [*srun, "--nodelist=node3", "hostname"]
+    assert command(job, "node4", None, ["id"])[6] == "--nodelist=node4"
+    (job.logs.path / protocol.CONTAINER_ARGS).write_text("--container-image=img\n--container-name=raysub-1\n")
+    # The head's own container on its node; elsewhere a new one from the image (workers' are unnamed).
+    assert command(job, None, None, ["x"])[7:] == ["--container-image=img", "--container-name=raysub-1", "x"]
+    assert command(job, "node1", None, ["x"])[7:] == [
         "--container-image=img",
-        "--container-name=raysub",
+        "--container-name=raysub-1",
         "x",
     ]
+    assert command(job, None, 1, ["x"])[7:] == ["--container-image=img", "x"]
 
 
 def test_attach_hands_on_the_address_and_the_token_path(
