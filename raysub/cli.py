@@ -7,14 +7,15 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, get_args
 
 import click
 from click.core import ParameterSource
 
 from raysub import __version__
 from raysub.profiles import ProfileError, load_profile
-from raysub.spec import JobSpec, Ports, Sandbox, SpecError, spec_from_options
+from raysub.protocol import AuthMode
+from raysub.spec import JobSpec, Ports, Sandbox, SandboxNodes, SpecError, spec_from_options
 
 # Built-in defaults come from the spec itself, so the command line and the library cannot disagree.
 SPEC_DEFAULT = {f.name: f.default for f in fields(JobSpec)}
@@ -22,7 +23,6 @@ SANDBOX_DEFAULT = {f.name: f.default for f in fields(Sandbox)}
 
 if TYPE_CHECKING:
     from raysub.jobs import Job
-    from raysub.metrics import Snapshot
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -166,7 +166,7 @@ def cli() -> None:
 @option("--sandbox-container", help="pyxis image for the sandbox.")
 @option(
     "--sandbox-nodes",
-    type=click.Choice(["all", "1"]),
+    type=click.Choice(get_args(SandboxNodes)),
     default=SANDBOX_DEFAULT["nodes"],
     help="Sandbox on every node or the head.",
 )
@@ -178,7 +178,7 @@ def cli() -> None:
 )
 @spec_option(
     "--auth",
-    type=click.Choice(["token", "none"]),
+    type=click.Choice(get_args(AuthMode)),
     help="Ray token authentication: a random per-job token in LOG_DIR/.ray-auth/token (0600) that every "
     "node, the driver and raysub's commands use. 'none' lets anyone who reaches the head run code as you.",
 )
@@ -248,7 +248,7 @@ def render(ctx: click.Context, /, output: Path | None, **values: Any) -> None:
         script = render_script(spec)
     except SpecError as error:
         raise click.BadParameter(error.message, param_hint=f"'{error.option}'") from error
-    if spec.auth == "none":
+    if not spec.token_auth:
         click.echo(
             "raysub: warning: --auth none: anyone who can reach the head's ports can run code as you "
             "in this job (docs/security.md)",
@@ -334,24 +334,16 @@ def status(
       raysub status 4711 --json
       raysub status --watch
     """
-    import time
+    from raysub import status as job_status
 
-    from raysub.status import JobWatch, progress_bar, read_status
-
-    found = find_job(job, base, attempt)
-    watcher = JobWatch(found)
-    while True:
-        current = read_status(found, watcher.slurm_state(), time.time())
+    for current in job_status.watch(find_job(job, base, attempt), interval, once=not watch):
         if as_json:
             click.echo(current.to_json())
-        else:
-            if watch:
-                click.clear()
-                click.echo(progress_bar(current.workers_joined, current.workers_expected))
-            click.echo(current.describe())
-        if not watch or current.phase not in ("queued", "head starting", "workers joining", "cluster ready"):
-            return
-        time.sleep(interval)
+            continue
+        if watch:
+            click.clear()
+            click.echo(job_status.progress_bar(current.workers_joined, current.workers_expected))
+        click.echo(current.describe())
 
 
 @cli.command()
@@ -452,16 +444,6 @@ def attach(
     os.execvpe(argv[0], argv, {**os.environ, **ray_environment(found)})  # noqa: S606 (srun takes the terminal)
 
 
-def read_metrics(found: "Job") -> list["Snapshot"]:
-    from raysub.metrics import read_snapshots
-
-    if not found.logs.metrics.exists():
-        raise click.UsageError(
-            f"job {found.job_id} has no {found.logs.metrics} (yet): was it rendered with --no-monitor?"
-        )
-    return read_snapshots(found.logs.metrics)
-
-
 @cli.command()
 @job_options
 @click.option("--follow", "-f", is_flag=True, help="Redraw as new snapshots arrive, until the job ends.")
@@ -488,30 +470,17 @@ def monitor(
     """
     import time
 
-    from raysub.metrics import table
-    from raysub.monitor import RayGpuMonitor
-    from raysub.status import JobWatch
+    from raysub import metrics
 
     found = find_job(job, base, attempt)
-    watcher = JobWatch(found)
-    while True:
-        snapshots = read_metrics(found)
-        if not snapshots:
-            raise click.UsageError(f"{found.logs.metrics} has no snapshot yet")
-        last = snapshots[-1]
-        if live:
-            scraper = RayGpuMonitor(endpoints=last.urls.copy)
-            nodes, failed, when = scraper.collect_once(), scraper.failed, time.time()
-            scraper.stop()
-        else:
-            nodes, failed, when = last.nodes, last.failed, last.t
-        if follow:
-            click.clear()
-        click.echo(f"job {found.job_id}, {time.strftime('%H:%M:%S', time.localtime(when))}")
-        click.echo(table(nodes, failed))
-        if not follow or watcher.over():
-            return
-        time.sleep(interval)
+    try:
+        for reading in metrics.follow(found, live, interval, once=not follow):
+            if follow:
+                click.clear()
+            click.echo(f"job {found.job_id}, {time.strftime('%H:%M:%S', time.localtime(reading.when))}")
+            click.echo(metrics.table(reading.nodes, reading.failed))
+    except metrics.NoReadings as error:
+        raise click.UsageError(str(error)) from error
 
 
 @cli.command()
@@ -534,10 +503,15 @@ def report(job: str | None, base: Path | None, attempt: int | None, output: Path
     Example:
       raysub report 4711 -o report.html
     """
+    from raysub.metrics import NoReadings, snapshots
     from raysub.report import render_report
 
     found = find_job(job, base, attempt)
-    output.write_text(render_report(f"raysub job {found.job_id}", read_metrics(found)))
+    try:
+        recorded = snapshots(found)
+    except NoReadings as error:
+        raise click.UsageError(str(error)) from error
+    output.write_text(render_report(f"raysub job {found.job_id}", recorded))
     click.echo(f"{output}: {found.logs.metrics} as charts")
 
 

@@ -1,41 +1,62 @@
-"""A job's metrics.jsonl (the monitor sidecar's, raysub/monitor.py): read back, and shown as a table."""
+"""A job's readings for raysub monitor and report: from its metrics.jsonl or, live, from its nodes; and
+shown as a table."""
 
-import json
-from collections.abc import Mapping
+import time
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
-from raysub.monitor import NodeMetrics
+from raysub.jobs import Job
+from raysub.monitor import RayGpuMonitor
+from raysub.node.metrics_log import Snapshot, read_snapshots
+from raysub.node.readings import NodeMetrics
+from raysub.status import JobWatch
+
+
+class NoReadings(Exception):
+    """The job has no metrics.jsonl, or nothing in it yet."""
 
 
 @dataclass(frozen=True)
-class Snapshot:
-    """One line of metrics.jsonl: when, every node's reading and endpoint, and the nodes that failed."""
+class Reading:
+    """Every node's reading at one time, and the nodes that did not answer."""
 
-    t: float
+    when: float  # epoch seconds
     nodes: dict[str, NodeMetrics]
-    urls: dict[str, str]
     failed: list[str]
 
 
-def read_snapshots(path: Path) -> list[Snapshot]:
-    """Every whole snapshot in ``path``, oldest first (a line still being written is left out)."""
-    snapshots = []
-    for line in path.read_text().splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        nodes = record.get("nodes", {})
-        snapshots.append(
-            Snapshot(
-                t=float(record["t"]),
-                nodes={name: NodeMetrics.from_dict(data) for name, data in nodes.items()},
-                urls={name: data["url"] for name, data in nodes.items() if data.get("url")},
-                failed=list(record.get("failed", [])),
-            )
+def snapshots(job: Job) -> list[Snapshot]:
+    """Everything the job's monitor recorded."""
+    if not job.logs.metrics.exists():
+        raise NoReadings(
+            f"job {job.job_id} has no {job.logs.metrics} (yet): was it rendered with --no-monitor?"
         )
-    return snapshots
+    return read_snapshots(job.logs.metrics)
+
+
+def latest(job: Job, live: bool) -> Reading:
+    """The job's last snapshot or (``live``) a scrape now of the endpoints that snapshot names."""
+    recorded = snapshots(job)
+    if not recorded:
+        raise NoReadings(f"{job.logs.metrics} has no snapshot yet")
+    last = recorded[-1]
+    if not live:
+        return Reading(last.t, last.nodes, last.failed)
+    scraper = RayGpuMonitor(endpoints=last.urls.copy)
+    try:
+        return Reading(time.time(), scraper.collect_once(), scraper.failed)
+    finally:
+        scraper.stop()
+
+
+def follow(job: Job, live: bool, interval: float, once: bool = False) -> Iterator[Reading]:
+    """The latest reading now and every ``interval`` seconds until the job is over; only one if ``once``."""
+    watcher = JobWatch(job)
+    while True:
+        yield latest(job, live)
+        if once or watcher.over():
+            return
+        time.sleep(interval)
 
 
 def _number(value: float | None, digits: int = 1) -> str:

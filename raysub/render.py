@@ -77,9 +77,22 @@ def environment() -> jinja2.Environment:
 
 @dataclass(frozen=True)
 class EmbeddedScript:
+    """A file the batch script writes into LOG_DIR: rendered from a template, or (``library``) one of
+    raysub's own modules, shipped as it is."""
+
     name: str
     text: str
     delimiter: str
+    library: bool = False
+
+
+def node_library() -> list[tuple[str, Path]]:
+    """The modules the node programs need (raysub/node/__init__.py says which and why), each with the
+    path the batch script writes it to under LOG_DIR."""
+    package = Path(__file__).resolve().parent
+    modules = [package / "__init__.py", package / "protocol.py", package / "monitor.py"]
+    modules += sorted((package / "node").glob("*.py"))
+    return [(f"{protocol.NODE_PYTHON_DIR}/raysub/{m.relative_to(package)}", m) for m in modules]
 
 
 def heredoc_delimiter(name: str, text: str) -> str:
@@ -107,7 +120,6 @@ def render(spec: JobSpec) -> str:
         "srun_args": [f"--cpus-per-task={spec.cpus_per_task}"] if spec.cpus_per_task else [],
         "worker_log_pattern": protocol.worker_log_pattern(spec.workers),
         "sandbox_log_pattern": protocol.sandbox_log_pattern(),
-        "monitor_max_bytes": protocol.MONITOR_MAX_BYTES,
     }
     scripts = []
     for name, template in EMBEDDED:
@@ -121,9 +133,8 @@ def render(spec: JobSpec) -> str:
             continue
         text = env.get_template(template).render(context)
         scripts.append(EmbeddedScript(name, text, heredoc_delimiter(name, text)))
-    if spec.monitor:
-        # The monitor runs as it is, from this package's own source (see raysub/monitor.py).
-        text = Path(__file__).with_name(protocol.MONITOR_SCRIPT).read_text()
-        delimiter = heredoc_delimiter(protocol.MONITOR_SCRIPT, text)
-        scripts.append(EmbeddedScript(protocol.MONITOR_SCRIPT, text, delimiter))
-    return env.get_template("ray.sub.j2").render(context, scripts=scripts)
+    for name, module in node_library():
+        text = module.read_text()
+        scripts.append(EmbeddedScript(name, text, heredoc_delimiter(name, text), library=True))
+    directories = sorted({str(Path(script.name).parent) for script in scripts} - {"."})
+    return env.get_template("ray.sub.j2").render(context, scripts=scripts, directories=directories)

@@ -10,8 +10,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from raysub.metrics import Snapshot
-from raysub.monitor import NodeMetrics, summarize
+from raysub.monitor import summarize
+from raysub.node.metrics_log import Snapshot
+from raysub.node.readings import NodeMetrics
 
 # Nothing may be fetched; only the inline styles apply.
 CSP = "default-src 'none'; style-src 'unsafe-inline'"

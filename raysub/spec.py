@@ -3,7 +3,9 @@
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast, get_args
+
+from raysub.protocol import AuthMode, UnitKind
 
 # AF_UNIX socket paths longer than this are refused by the kernel.
 MAX_SOCKET_PATH = 107
@@ -22,7 +24,10 @@ _INTERFACE = re.compile(r"[A-Za-z0-9_.:@-]{1,15}")
 _HOST = re.compile(r"[A-Za-z0-9_.:-]{1,253}")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _MODE = re.compile(r"0?[0-7]{3}")
-AUTH_MODES = ("token", "none")
+
+# The choices of --auth and --sandbox-nodes, defined here only: the command line's choices and the
+# checks below read them with typing.get_args.
+SandboxNodes = Literal["all", "1"]
 
 
 class SpecError(ValueError):
@@ -73,8 +78,59 @@ class Sandbox:
     command: str
     port: int
     container: str | None = None
-    nodes: Literal["all", "1"] = "all"
+    nodes: SandboxNodes = "all"
     timeout: int = 300
+
+    @property
+    def every_node(self) -> bool:
+        """One sandbox on every node of the job (--sandbox-nodes all), not just on the head's."""
+        return self.nodes == "all"
+
+    def check(self) -> None:
+        if not 1 <= self.port <= 65535:
+            raise SpecError("--sandbox-port", f"{self.port} is not a port")
+        if self.timeout < 1:
+            raise SpecError("--sandbox-timeout", "must be at least 1 second")
+
+
+@dataclass(frozen=True)
+class Bound:
+    """The smallest value a numeric option may take. ``unit`` ("second") is named in the message;
+    a None value (an optional option left out) is not checked."""
+
+    option: str
+    attribute: str
+    minimum: float
+    unit: str = ""
+
+    def check(self, value: float | None) -> None:
+        if value is not None and value < self.minimum:
+            raise SpecError(self.option, f"must be {self.lowest()}, not {value}")
+
+    def lowest(self) -> str:
+        """The limit in words: '0 or more', 'at least 1', 'at least 0.5 seconds'."""
+        if self.minimum == 0:
+            return "0 or more"
+        if not self.unit:
+            return f"at least {self.minimum}"
+        plural = "" if self.minimum == 1 else "s"
+        return f"at least {self.minimum} {self.unit}{plural}"
+
+
+# Every option whose only rule is a lower limit, in the order check() reports them. Upper limits and
+# other shapes (ports, the idle percentage) have messages of their own, in the per-part checks.
+BOUNDS = (
+    Bound("--nodes", "nodes", 1),
+    Bound("--gpus-per-node", "gpus_per_node", 0),
+    Bound("--cpus-per-task", "cpus_per_task", 1),
+    Bound("--head-retries", "head_retries", 0),
+    Bound("--worker-retries", "worker_retries", 0),
+    Bound("--head-timeout", "head_timeout", 1, "second"),
+    Bound("--workers-timeout", "workers_timeout", 1, "second"),
+    Bound("--signal-before", "signal_before", 1, "second"),
+    Bound("--monitor-interval", "monitor_interval", 0.5, "second"),
+    Bound("--gpu-idle-after", "gpu_idle_after", 1, "second"),
+)
 
 
 @dataclass(frozen=True)
@@ -111,7 +167,7 @@ class JobSpec:
     requeue: bool = False
     signal_before: int | None = None
     forward_signal: str = "USR1"
-    auth: Literal["token", "none"] = "token"
+    auth: AuthMode = "token"
     dashboard: bool = True
     dashboard_host: str | None = None
     log_mode: str = "0750"
@@ -133,11 +189,60 @@ class JobSpec:
         return 0 if self.dedicated_head else self.gpus_per_node
 
     @property
+    def counts_gpus(self) -> bool:
+        """The head counts the cluster's GPUs as it fills; with --gpus-per-node 0 it counts nodes."""
+        return self.gpus_per_node > 0
+
+    @property
+    def units_name(self) -> str:
+        """What the counted units are called in the head's messages."""
+        return "GPUs" if self.counts_gpus else "nodes"
+
+    @property
     def expected_units(self) -> int:
         """What ray_worker_units must reach before the driver starts: GPUs, or nodes without GPUs."""
-        if self.gpus_per_node == 0:
+        if not self.counts_gpus:
             return self.nodes
         return self.head_gpus + self.workers * self.gpus_per_node
+
+    @property
+    def requests_gpus(self) -> bool:
+        """The header asks Slurm for --gpus-per-node. Not with --no-gpu-request (sites that hand out
+        whole nodes refuse GPU requests), nor with no GPUs to ask for."""
+        return self.gpu_request and self.gpus_per_node > 0
+
+    @property
+    def head_attempts(self) -> int:
+        """How many times the head tries to start Ray: the first try and --head-retries more."""
+        return self.head_retries + 1
+
+    @property
+    def worker_attempts(self) -> int:
+        """How many times each worker starts Ray: the first start and --worker-retries more."""
+        return self.worker_retries + 1
+
+    @property
+    def worker_head_wait(self) -> int:
+        """Seconds a worker waits for the head to announce itself (STARTED_RAY_HEAD): a minute longer
+        than every head attempt's --head-timeout together, so that the head gives up, and says why, first."""
+        return self.head_timeout * self.head_attempts + 60
+
+    @property
+    def temp_parent_per_job(self) -> bool:
+        """The Ray temp dir's parent names this job (%j above the last part of --ray-temp-dir), so a
+        node may remove that parent, once empty, when it leaves; a shared parent such as /tmp stays."""
+        parent = self.ray_temp_dir.rsplit("/", 1)[0]
+        return "%j" in parent
+
+    @property
+    def token_auth(self) -> bool:
+        """Ray runs with a per-job token (--auth token); otherwise anyone who reaches the head gets in."""
+        return self.auth == "token"
+
+    @property
+    def unit_kind(self) -> UnitKind:
+        """What the head's unit counter counts (raysub/node/units.py --kind): GPUs, or nodes without GPUs."""
+        return "gpu" if self.counts_gpus else "node"
 
     @property
     def log_dir_mode(self) -> str:
@@ -148,16 +253,27 @@ class JobSpec:
     def sandbox_nodes(self) -> int:
         if self.sandbox is None:
             return 0
-        return self.nodes if self.sandbox.nodes == "all" else 1
+        return self.nodes if self.sandbox.every_node else 1
 
     def check(self) -> "JobSpec":
         """Raise SpecError for the first value the job could not run with; return self otherwise."""
-        if self.nodes < 1:
-            raise SpecError("--nodes", f"must be at least 1, not {self.nodes}")
-        if self.gpus_per_node < 0:
-            raise SpecError("--gpus-per-node", f"must be 0 or more, not {self.gpus_per_node}")
-        if self.cpus_per_task is not None and self.cpus_per_task < 1:
-            raise SpecError("--cpus-per-task", f"must be at least 1, not {self.cpus_per_task}")
+        for bound in BOUNDS:
+            bound.check(getattr(self, bound.attribute))
+        self._check_header()
+        self._check_env()
+        self._check_nul_bytes()
+        self._check_interface()
+        self._check_signals()
+        self.ports.check()
+        self._check_temp_dir()
+        self._check_security()
+        self._check_monitor()
+        if self.sandbox is not None:
+            self.sandbox.check()
+        return self
+
+    def _check_header(self) -> None:
+        """The values written on '#SBATCH' lines, which sbatch (not bash) reads."""
         for option, value in (("--partition", self.partition), ("--account", self.account)):
             if value is not None and not _SLURM_WORD.fullmatch(value):
                 raise SpecError(option, f"{value!r} is not a Slurm name (no spaces, quotes or '#')")
@@ -174,30 +290,27 @@ class JobSpec:
                     f"{arg!r} must be one sbatch option such as --qos=high, on one line, "
                     "with its value after '='",
                 )
+
+    def _check_env(self) -> None:
         for key, _ in self.env:
             if not _ENV_NAME.fullmatch(key):
                 raise SpecError("--env", f"{key!r} is not a variable name")
+
+    def _check_nul_bytes(self) -> None:
+        """No value can carry a NUL byte: bash variables, argv and files all end a string at one."""
         for name, value in vars(self).items():
             if isinstance(value, str) and "\0" in value:
                 raise SpecError(f"--{name.replace('_', '-')}", "contains a NUL byte")
         if any("\0" in arg for arg in self.command):
             raise SpecError("COMMAND", "contains a NUL byte, which no argv can carry")
+
+    def _check_interface(self) -> None:
         if self.interface is not None and not _INTERFACE.fullmatch(self.interface):
             raise SpecError("--interface", f"{self.interface!r} is not a network interface name")
-        for option, count in (
-            ("--head-retries", self.head_retries),
-            ("--worker-retries", self.worker_retries),
-        ):
-            if count < 0:
-                raise SpecError(option, f"must be 0 or more, not {count}")
-        for option, seconds in (
-            ("--head-timeout", self.head_timeout),
-            ("--workers-timeout", self.workers_timeout),
-        ):
-            if seconds < 1:
-                raise SpecError(option, f"must be at least 1 second, not {seconds}")
-        if self.signal_before is not None and self.signal_before < 1:
-            raise SpecError("--signal-before", f"must be at least 1 second, not {self.signal_before}")
+
+    def _check_signals(self) -> None:
+        """--signal-before must come before the end of --time (its lower limit is in BOUNDS), and
+        --forward-signal be one the driver can catch."""
         limit = time_limit_seconds(self.time) if self.time is not None else None
         if self.signal_before is not None and limit is not None and self.signal_before >= limit:
             raise SpecError(
@@ -209,29 +322,18 @@ class JobSpec:
             raise SpecError(
                 "--forward-signal", f"{self.forward_signal!r} is not one of {', '.join(FORWARDABLE_SIGNALS)}"
             )
-        self.ports.check()
-        self._check_temp_dir()
-        self._check_security()
-        if self.monitor_interval < 0.5:
-            raise SpecError(
-                "--monitor-interval", f"must be at least 0.5 seconds, not {self.monitor_interval}"
-            )
+
+    def _check_monitor(self) -> None:
+        """The idle threshold is a percentage; the monitor's other limits are in BOUNDS."""
         if not 0 < self.gpu_idle_threshold <= 100:
             raise SpecError(
                 "--gpu-idle-threshold", f"must be a percentage above 0, not {self.gpu_idle_threshold}"
             )
-        if self.gpu_idle_after < 1:
-            raise SpecError("--gpu-idle-after", f"must be at least 1 second, not {self.gpu_idle_after}")
-        if self.sandbox is not None:
-            if not 1 <= self.sandbox.port <= 65535:
-                raise SpecError("--sandbox-port", f"{self.sandbox.port} is not a port")
-            if self.sandbox.timeout < 1:
-                raise SpecError("--sandbox-timeout", "must be at least 1 second")
-        return self
 
     def _check_security(self) -> None:
-        if self.auth not in AUTH_MODES:
-            raise SpecError("--auth", f"must be one of {', '.join(AUTH_MODES)}, not {self.auth!r}")
+        modes = get_args(AuthMode)
+        if self.auth not in modes:
+            raise SpecError("--auth", f"must be one of {', '.join(modes)}, not {self.auth!r}")
         if self.dashboard_host is not None:
             if not self.dashboard:
                 raise SpecError("--dashboard-host", "has no dashboard to bind with --no-dashboard")
@@ -308,14 +410,12 @@ def sandbox_from_options(
         return None
     if port is None:
         raise SpecError("--sandbox-command", "needs --sandbox-port (how raysub knows the sandbox is ready)")
-    if nodes not in ("all", "1"):
-        raise SpecError("--sandbox-nodes", f"must be 'all' or '1', not {nodes!r}")
+    choices = get_args(SandboxNodes)
+    if nodes not in choices:
+        raise SpecError("--sandbox-nodes", f"must be {' or '.join(map(repr, choices))}, not {nodes!r}")
+    # The test above is what makes ``nodes`` one of the choices; mypy cannot follow it through get_args.
     return Sandbox(
-        command=command,
-        port=port,
-        container=container,
-        nodes="all" if nodes == "all" else "1",
-        timeout=timeout,
+        command=command, port=port, container=container, nodes=cast(SandboxNodes, nodes), timeout=timeout
     )
 
 

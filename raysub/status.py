@@ -2,9 +2,9 @@
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from enum import StrEnum
 
 from raysub import protocol, slurm
 from raysub.jobs import Job
@@ -53,6 +53,22 @@ class JobWatch:
         return self.job.logs.ended.exists() or self.slurm_state().state in FINAL_STATES
 
 
+class Phase(StrEnum):
+    """Where a job stands, as raysub status says it (FINISHED is followed by the driver's exit code)."""
+
+    QUEUED = "queued"
+    HEAD_STARTING = "head starting"
+    WORKERS_JOINING = "workers joining"
+    CLUSTER_READY = "cluster ready"
+    DRIVER_RUNNING = "driver running"
+    ENDED = "ended"
+    FINISHED = "finished with exit code"
+
+
+# The phases of a job that is still coming up: status --watch redraws through them.
+COMING_UP = frozenset({Phase.QUEUED, Phase.HEAD_STARTING, Phase.WORKERS_JOINING, Phase.CLUSTER_READY})
+
+
 # Phase durations from the timeline: name -> (from phase, to phase).
 SPANS = {
     "head_start": (protocol.PHASE_JOB_START, protocol.PHASE_HEAD_READY),
@@ -91,7 +107,7 @@ class Status:
         lines.append(f"workers joined: {self.workers_joined}/{self.workers_expected}")
         if self.missing_nodes:
             lines.append(f"missing: {', '.join(self.missing_nodes)}")
-        if self.since_head_ready is not None and self.phase == "workers joining":
+        if self.since_head_ready is not None and self.phase == Phase.WORKERS_JOINING:
             lines.append(f"{self.since_head_ready:.0f} s since the head was ready")
         if self.sandboxes_ready:
             lines.append(f"sandboxes ready: {self.sandboxes_ready}")
@@ -107,60 +123,42 @@ class Status:
         return "\n".join(lines)
 
 
-def timeline(job: Job) -> list[dict[str, Any]]:
-    path = job.logs.file(protocol.TIMELINE)
-    if not path.exists():
-        return []
-    events = []
-    for line in path.read_text().splitlines():
-        try:
-            events.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue  # a line still being written by another node
-    return events
-
-
-def first_times(events: list[dict[str, Any]]) -> dict[str, float]:
+def first_times(events: list[protocol.TimelineEvent]) -> dict[str, float]:
     times: dict[str, float] = {}
     for event in events:
-        times.setdefault(str(event.get("phase")), float(event.get("t", 0)))
+        times.setdefault(event.phase, event.t)
     return times
-
-
-def read_text(job: Job, name: str) -> str | None:
-    path = job.logs.file(name)
-    return path.read_text().strip() if path.exists() else None
 
 
 def read_status(job: Job, slurm: SlurmState, now: float) -> Status:
     """Combine Slurm's view with the job's files; ``now`` is the current time (epoch seconds)."""
     entries = job.logs.node_map()
     workers = [e.node for e in entries if e.role == protocol.ROLE_WORKER]
-    joined_text = read_text(job, protocol.JOINED_NODES) or ""
-    joined = set(joined_text.split())
-    ended = read_text(job, protocol.ENDED)
-    driver_exit = read_text(job, protocol.DRIVER_EXIT_CODE)
+    joined = set(job.logs.joined_nodes())
+    ended = job.logs.ended_reason()
+    driver_exit = job.logs.driver_exit_code()
     head_started = job.logs.started_ray_head.exists()
-    events = timeline(job)
+    events = job.logs.timeline()
     times = first_times(events)
 
+    phase: str
     if driver_exit is not None:
-        phase = f"finished with exit code {driver_exit}"
+        phase = f"{Phase.FINISHED} {driver_exit}"
     elif ended is not None:
-        phase = "ended"
+        phase = Phase.ENDED
     elif slurm.state in FINAL_STATES:
-        phase = "ended"
+        phase = Phase.ENDED
         ended = f"Slurm says {slurm.state} and no node wrote ENDED"
     elif job.logs.file(protocol.DRIVER_STARTED).exists():
-        phase = "driver running"
+        phase = Phase.DRIVER_RUNNING
     elif head_started and joined.issuperset(e.node for e in entries):
-        phase = "cluster ready"
+        phase = Phase.CLUSTER_READY
     elif head_started:
-        phase = "workers joining"
+        phase = Phase.WORKERS_JOINING
     elif slurm.state == "PENDING":
-        phase = "queued"
+        phase = Phase.QUEUED
     else:
-        phase = "head starting"
+        phase = Phase.HEAD_STARTING
 
     durations = {name: times[b] - times[a] for name, (a, b) in SPANS.items() if a in times and b in times}
     ready = times.get(protocol.PHASE_HEAD_READY)
@@ -174,17 +172,27 @@ def read_status(job: Job, slurm: SlurmState, now: float) -> Status:
         workers_expected=len(workers),
         missing_nodes=[e.node for e in entries if e.node not in joined] if head_started else [],
         sandboxes_ready=len(list(job.logs.path.glob(f"{protocol.SANDBOX_READY_PREFIX}*"))),
-        driver_exit_code=int(driver_exit) if driver_exit is not None else None,
+        driver_exit_code=driver_exit,
         ended=ended,
         exit_code=slurm.exit_code,
         durations=durations,
         since_head_ready=now - ready if ready is not None and driver_exit is None else None,
-        warnings=[
-            f"GPUs idle: {e.get('detail')}" for e in events if e.get("phase") == protocol.PHASE_GPU_IDLE
-        ],
+        warnings=[f"GPUs idle: {e.detail}" for e in events if e.phase == protocol.PHASE_GPU_IDLE],
     )
 
 
 def progress_bar(done: int, total: int, width: int = 30) -> str:
     filled = width * done // total if total else width
     return f"[{'#' * filled}{'.' * (width - filled)}] {done}/{total}"
+
+
+def watch(job: Job, interval: float, once: bool = False) -> Iterator[Status]:
+    """The job's status now and then every ``interval`` seconds while it is coming up (the first status
+    after that included); only the first when ``once``. Slurm is asked at most once per refresh."""
+    watcher = JobWatch(job)
+    while True:
+        current = read_status(job, watcher.slurm_state(), time.time())
+        yield current
+        if once or current.phase not in COMING_UP:
+            return
+        time.sleep(interval)

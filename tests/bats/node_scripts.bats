@@ -4,7 +4,7 @@
 setup() {
   load test_helper
   export LOG_DIR="${BATS_TEST_TMPDIR}/logs"
-  export _RAYSUB_LOG_DIR=$LOG_DIR _RAYSUB_CANARY="token-${BATS_TEST_NUMBER}"
+  export "${P_ENV_LOG_DIR}=${LOG_DIR}" "${P_ENV_CANARY}=token-${BATS_TEST_NUMBER}"
   export SLURM_JOB_ID="${BATS_ROOT_PID}${BATS_TEST_NUMBER}" SLURMD_NODENAME=nodeA SLURM_PROCID=1
   export FAKE_RAY_LOG="${BATS_TEST_TMPDIR}/ray-calls"
   export FAKES_PATH="${BATS_TEST_DIRNAME}/../fakes:${PATH}"
@@ -34,10 +34,10 @@ wait_node() {
 }
 
 @test "worker waits for STARTED_RAY_HEAD that appears late, then joins that address" {
-  start_node worker.sh
+  start_node "$P_WORKER_SCRIPT"
   sleep 0.6
   assert_equal "$(cat "$FAKE_RAY_LOG")" ""
-  printf '10.0.0.1:7379\n' >"${LOG_DIR}/STARTED_RAY_HEAD"
+  printf '10.0.0.1:7379\n' >"${LOG_DIR}/${P_STARTED_RAY_HEAD}"
   wait_file "${FAKE_RAY_LOG}.pids" 5
   run cat "$FAKE_RAY_LOG"
   assert_output --partial "start --block --address=10.0.0.1:7379 "
@@ -53,9 +53,9 @@ wait_node() {
 }
 
 @test "worker leaves at once when ENDED appears before the head" {
-  start_node worker.sh
+  start_node "$P_WORKER_SCRIPT"
   sleep 0.3
-  printf 'head: gave up\n' >"${LOG_DIR}/ENDED"
+  printf 'head: gave up\n' >"${LOG_DIR}/${P_ENDED}"
   wait_node
   assert_success
   assert_output --partial "job ended before the head started: head: gave up"
@@ -64,28 +64,28 @@ wait_node() {
 
 @test "worker retries a failed ray start, then ends the job naming itself" {
   export FAKE_RAY_START_EXIT=1
-  printf '10.0.0.1:7379\n' >"${LOG_DIR}/STARTED_RAY_HEAD"
-  start_node worker.sh
+  printf '10.0.0.1:7379\n' >"${LOG_DIR}/${P_STARTED_RAY_HEAD}"
+  start_node "$P_WORKER_SCRIPT"
   wait_node
   assert_failure 1
   assert_equal "$(grep -c '^start ' "$FAKE_RAY_LOG")" 2
-  run cat "${LOG_DIR}/ENDED"
+  run cat "${LOG_DIR}/${P_ENDED}"
   assert_output "worker 1 on nodeA: Ray did not stay up after 2 attempts"
 }
 
 @test "a node that cannot read the canary fails and names itself" {
-  export _RAYSUB_CANARY=another-job
-  start_node worker.sh
+  export "${P_ENV_CANARY}=another-job"
+  start_node "$P_WORKER_SCRIPT"
   wait_node
   assert_failure 1
-  run cat "${LOG_DIR}/ENDED"
+  run cat "${LOG_DIR}/${P_ENDED}"
   assert_output --partial "worker 1 on nodeA: cannot read the canary"
 }
 
 @test "head publishes ray_worker_units atomically, runs the driver once all units joined, exits with its status" {
   export FAKE_UNITS="0 2 oops 4 6"
-  start_node head.sh
-  local units_file="${LOG_DIR}/ray_worker_units" seen="${BATS_TEST_TMPDIR}/seen" value
+  start_node "$P_HEAD_SCRIPT"
+  local units_file="${LOG_DIR}/${P_WORKER_UNITS}" seen="${BATS_TEST_TMPDIR}/seen" value
   # Read the file as fast as possible while the head rewrites it: a reader must only ever see whole counts.
   while kill -0 "$node_pid" 2>/dev/null; do
     if [[ -e $units_file ]]; then
@@ -98,10 +98,10 @@ wait_node() {
   run grep -v -E '^\[[0-9]+\]$' "$seen"
   assert_output ""
   assert_equal "$(cat "$units_file")" "6"
-  assert_equal "$(cat "${LOG_DIR}/ray-driver.log")" "driver ran"
-  assert_equal "$(cat "${LOG_DIR}/driver_exit_code")" "3"
-  assert_equal "$(cat "${LOG_DIR}/ENDED")" "driver exited with status 3"
-  assert_equal "$(cat "${LOG_DIR}/STARTED_RAY_HEAD")" "127.0.0.1:7379"
+  assert_equal "$(cat "${LOG_DIR}/${P_DRIVER_LOG}")" "driver ran"
+  assert_equal "$(cat "${LOG_DIR}/${P_DRIVER_EXIT_CODE}")" "3"
+  assert_equal "$(cat "${LOG_DIR}/${P_ENDED}")" "driver exited with status 3"
+  assert_equal "$(cat "${LOG_DIR}/${P_STARTED_RAY_HEAD}")" "127.0.0.1:7379"
   run grep -c '^start ' "$FAKE_RAY_LOG"
   assert_output "1"
 }
@@ -109,22 +109,22 @@ wait_node() {
 @test "a failing --setup ends the job at once, naming the node" {
   render_node_scripts --nodes 2 --gpus-per-node 0 --interface lo --ray-temp-dir '/tmp/rb%j/%n' \
     --setup 'false' -- true
-  printf '10.0.0.1:7379\n' >"${LOG_DIR}/STARTED_RAY_HEAD"
-  start_node worker.sh
+  printf '10.0.0.1:7379\n' >"${LOG_DIR}/${P_STARTED_RAY_HEAD}"
+  start_node "$P_WORKER_SCRIPT"
   wait_node
   assert_failure 1
-  assert_equal "$(cat "${LOG_DIR}/ENDED")" "worker 1 on nodeA: --setup failed with status 1"
+  assert_equal "$(cat "${LOG_DIR}/${P_ENDED}")" "worker 1 on nodeA: --setup failed with status 1"
   assert_equal "$(cat "$FAKE_RAY_LOG")" ""
 }
 
 @test "a Ray that does not enforce the token ends the job instead of running open" {
   export FAKE_UNITS="0" FAKE_UNPROTECTED=1
-  start_node head.sh
+  start_node "$P_HEAD_SCRIPT"
   wait_node
   assert_failure 1
-  run cat "${LOG_DIR}/ENDED"
+  run cat "${LOG_DIR}/${P_ENDED}"
   assert_output --partial "head on nodeA: this Ray does not enforce token authentication"
-  assert [ ! -e "${LOG_DIR}/DRIVER_STARTED" ]
+  assert [ ! -e "${LOG_DIR}/${P_DRIVER_STARTED}" ]
 }
 
 @test "a flock that fails (NFSv3 without lockd) does not stop the timeline" {
@@ -132,21 +132,21 @@ wait_node() {
   mkdir -p "$fakes"
   printf '#!/bin/sh\necho "flock: 9: No locks available" >&2\nexit 1\n' >"${fakes}/flock"
   chmod +x "${fakes}/flock"
-  printf 'head: gave up\n' >"${LOG_DIR}/ENDED"
-  FAKES_PATH="${fakes}:${FAKES_PATH}" start_node worker.sh
+  printf 'head: gave up\n' >"${LOG_DIR}/${P_ENDED}"
+  FAKES_PATH="${fakes}:${FAKES_PATH}" start_node "$P_WORKER_SCRIPT"
   wait_node
   assert_success
-  run grep -c '"phase": "canary_ok"' "${LOG_DIR}/timeline.jsonl"
+  run grep -c "\"phase\": \"${P_PHASE_CANARY_OK}\"" "${LOG_DIR}/${P_TIMELINE}"
   assert_output "1"
 }
 
 @test "a worker with a bad --interface fails the node instead of starting Ray without an address" {
   render_node_scripts --nodes 2 --gpus-per-node 0 --interface nosuchif0 --ray-temp-dir '/tmp/rb%j/%n' -- true
-  printf '10.0.0.1:7379\n' >"${LOG_DIR}/STARTED_RAY_HEAD"
-  start_node worker.sh
+  printf '10.0.0.1:7379\n' >"${LOG_DIR}/${P_STARTED_RAY_HEAD}"
+  start_node "$P_WORKER_SCRIPT"
   wait_node
   assert_failure 1
-  assert_equal "$(cat "${LOG_DIR}/ENDED")" "worker 1 on nodeA: interface nosuchif0 has no IPv4 address on nodeA"
+  assert_equal "$(cat "${LOG_DIR}/${P_ENDED}")" "worker 1 on nodeA: interface nosuchif0 has no IPv4 address on nodeA"
   assert_equal "$(cat "$FAKE_RAY_LOG")" ""
 }
 
@@ -154,29 +154,29 @@ wait_node() {
   local k
   for k in $(seq 1 20); do
     PATH=$FAKES_PATH bash -c 'source <(sed -n "/^# ---- shared by the batch script/,/^# ---- end of shared/p" "$1")
-      end_job "reason $2"' _ "${LOG_DIR}/worker.sh" "$k" 3>&- &
+      end_job "reason $2"' _ "${LOG_DIR}/${P_WORKER_SCRIPT}" "$k" 3>&- &
   done
   wait
-  run grep -c '"phase": "ended"' "${LOG_DIR}/timeline.jsonl"
+  run grep -c "\"phase\": \"${P_PHASE_ENDED}\"" "${LOG_DIR}/${P_TIMELINE}"
   assert_output "1"
   local winner
-  winner=$(cat "${LOG_DIR}/ENDED")
-  run grep -F "\"detail\": \"${winner}\"" "${LOG_DIR}/timeline.jsonl"
+  winner=$(cat "${LOG_DIR}/${P_ENDED}")
+  run grep -F "\"detail\": \"${winner}\"" "${LOG_DIR}/${P_TIMELINE}"
   assert_success
 }
 
 @test "a process the job left behind (setsid) is stopped when the node leaves; TERM after ENDED exits 0" {
-  printf '10.0.0.1:7379\n' >"${LOG_DIR}/STARTED_RAY_HEAD"
-  start_node worker.sh
+  printf '10.0.0.1:7379\n' >"${LOG_DIR}/${P_STARTED_RAY_HEAD}"
+  start_node "$P_WORKER_SCRIPT"
   wait_file "${FAKE_RAY_LOG}.pids" 5
   local ray_pid mark state
   ray_pid=$(head -n 1 "${FAKE_RAY_LOG}.pids")
-  mark=$(tr '\0' '\n' <"/proc/${ray_pid}/environ" | grep '^_RAYSUB_JOB_MARK=')
-  assert_equal "$mark" "_RAYSUB_JOB_MARK=${_RAYSUB_CANARY} worker 1"
+  mark=$(tr '\0' '\n' <"/proc/${ray_pid}/environ" | grep "^${P_ENV_MARK}=")
+  assert_equal "$mark" "${P_ENV_MARK}=${!P_ENV_CANARY} worker 1"
   # Stands in for a daemon a Ray task started: it carries the mark but is outside the node's process tree.
   env "$mark" setsid sleep 300 </dev/null >/dev/null 2>&1 3>&- &
   local daemon_pid=$!
-  printf 'driver exited with status 0\n' >"${LOG_DIR}/ENDED"
+  printf 'driver exited with status 0\n' >"${LOG_DIR}/${P_ENDED}"
   kill -TERM "$node_pid"
   wait_node
   assert_success
@@ -193,10 +193,10 @@ wait_node() {
   ln -s /usr/bin/python3 "${nopy}/python3"
   run /usr/bin/python3 -c 'import ray'
   [[ $status -ne 0 ]] || skip "/usr/bin/python3 has Ray"
-  FAKES_PATH="${nopy}:${FAKES_PATH}" start_node head.sh
+  FAKES_PATH="${nopy}:${FAKES_PATH}" start_node "$P_HEAD_SCRIPT"
   wait_node
   assert_failure 1
-  run cat "${LOG_DIR}/ENDED"
+  run cat "${LOG_DIR}/${P_ENDED}"
   assert_output --regexp "^head on nodeA: the unit counter exited with status 1: ModuleNotFoundError: No module named 'ray'$"
-  assert [ ! -e "${LOG_DIR}/DRIVER_STARTED" ]
+  assert [ ! -e "${LOG_DIR}/${P_DRIVER_STARTED}" ]
 }

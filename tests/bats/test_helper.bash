@@ -7,6 +7,22 @@ load "${REPO}/node_modules/bats-assert/load"
 # The Python that has raysub installed (tests/test_bats.py passes it on).
 PYTHON=${RAYSUB_TEST_PYTHON:-python3}
 
+# Every name of raysub.protocol as P_<NAME>: P_ENDED=ENDED, P_TIMELINE=timeline.jsonl,
+# P_ENV_CANARY=_RAYSUB_CANARY, P_PHASE_CANARY_OK=canary_ok, ... so no test spells a protocol name itself.
+# Asked of raysub once per bats file, then read by every test.
+protocol_names="${BATS_FILE_TMPDIR}/protocol_names.bash"
+if [[ ! -e $protocol_names ]]; then
+  "$PYTHON" -c '
+import shlex
+from raysub.protocol import template_names
+for name, value in sorted(template_names().items()):
+    print(f"P_{name}={shlex.quote(value)}")
+' >"${protocol_names}.tmp" || return 1
+  mv -- "${protocol_names}.tmp" "$protocol_names"
+fi
+# shellcheck source=/dev/null # generated just above
+source "$protocol_names"
+
 # Renders a job with the given 'raysub render' options and writes the scripts it embeds into
 # $LOG_DIR exactly as the job would, plus the canary, so node scripts can run here with fakes.
 render_node_scripts() {
@@ -21,7 +37,7 @@ from raysub.validate import extract
 for script in extract(Path(sys.argv[1]).read_text()):
     (Path(sys.argv[2]) / script.name).write_text(script.text)
 PY
-  printf '%s\n' "$_RAYSUB_CANARY" >"${LOG_DIR}/raysub_canary"
+  printf '%s\n' "${!P_ENV_CANARY}" >"${LOG_DIR}/${P_CANARY}"
 }
 
 # Waits up to $2 seconds (default 10) for file $1 to exist.

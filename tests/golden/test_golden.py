@@ -1,15 +1,21 @@
 """Rendered scripts for three typical configurations, compared with files checked in next to this test.
 
-After an intended change to the templates, regenerate them and review the diff:
+The raysub modules a script ships to the nodes (raysub/node/ and what it uses) appear in the golden files
+as one marker line each, so that a change to them does not rewrite every golden file; their own tests
+cover them. A mismatch prints the unified diff. After an intended change to the templates, regenerate
+the files and review the diff:
     RAYSUB_REGENERATE_GOLDEN=1 scripts/test tests/golden
 """
 
+import difflib
 import os
+import re
 from pathlib import Path
 
 import pytest
 
-from raysub.render import render
+from raysub import protocol
+from raysub.render import node_library, render
 from raysub.spec import JobSpec, Sandbox
 from tests.conftest import RunCli
 from tests.support.prereq import tool
@@ -52,11 +58,29 @@ CONFIGS = {
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_rendered_script_matches_golden(name: str) -> None:
     golden = HERE / f"{name}.sub"
-    script = render(CONFIGS[name])
+    script = with_markers(render(CONFIGS[name]))
     if REGENERATE:
         golden.write_text(script)
     assert golden.exists(), f"{golden} is missing; run with RAYSUB_REGENERATE_GOLDEN=1"
-    assert script == golden.read_text(), f"{golden.name} differs; if intended, regenerate (see module doc)"
+    expected = golden.read_text()
+    diff = difflib.unified_diff(
+        expected.splitlines(keepends=True), script.splitlines(keepends=True), str(golden), "rendered"
+    )
+    assert script == expected, (
+        f"{golden.name} differs; if intended, regenerate (see module doc):\n" + "".join(diff)
+    )
+
+
+def with_markers(script: str) -> str:
+    """``script`` with the body of each shipped raysub module replaced by one line naming it."""
+    for name, _ in node_library():
+        heredoc = re.compile(
+            "^(" + re.escape(f'cat >"$LOG_DIR/{name}" <<\'') + r"(\w+)'\n).*?^\2$", re.MULTILINE | re.DOTALL
+        )
+        marker = f"# {name.removeprefix(protocol.NODE_PYTHON_DIR + '/')}, shipped as it is\n"
+        script, found = heredoc.subn(r"\g<1>" + marker + r"\g<2>", script)
+        assert found == 1, f"{name} is not embedded once"
+    return script
 
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from raysub.protocol import MONITOR_SCRIPT, LogDir
+from raysub.protocol import NODE_PYTHON_DIR, LogDir
 from raysub.spec import Ports
 from tests.support.minicluster import MiniCluster
 from tests.support.raysub_jobs import assert_clean, job_report, submit, wait_for
@@ -73,7 +73,8 @@ def check_the_token_job(minicluster: MiniCluster, slurm_tmp: Path, job_id: int, 
     wait_for(slurm_tmp / "driver_running")
 
     assert (mode(logs.path), mode(logs.auth_token.parent), mode(logs.auth_token)) == (0o750, 0o700, 0o600)
-    assert {mode(script) for script in [*logs.path.glob("*.sh"), logs.file(MONITOR_SCRIPT)]} == {0o700}
+    shipped = [*logs.path.glob("*.sh"), *logs.file(NODE_PYTHON_DIR).rglob("*.py")]
+    assert {mode(script) for script in shipped} == {0o700}
     assert f"JobName={JOB_NAME} " in minicluster.run("scontrol", "-o", "show", "job", str(job_id)).stdout
 
     stranger = probe(minicluster, logs, slurm_tmp / "home", token=None)

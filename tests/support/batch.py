@@ -5,6 +5,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from raysub import protocol
 from raysub.render import render
@@ -36,6 +37,21 @@ class BatchRun:
     done: subprocess.CompletedProcess[str]
     log_dir: protocol.LogDir
     steps: dict[str, Step]  # by script name
+
+
+def job_spec(temp_tag: str, **overrides: Any) -> JobSpec:
+    """A small job that runs here: no GPUs, loopback, logs under the relative directory "runs", no monitor,
+    and Ray temp dirs under /tmp/<temp_tag><jobid>/ (the caller removes them)."""
+    values: dict[str, Any] = {
+        "nodes": 3,
+        "gpus_per_node": 0,
+        "command": ("true",),
+        "interface": "lo",
+        "ray_temp_dir": f"/tmp/{temp_tag}%j/%n",
+        "log_dir": "runs",
+        "monitor": False,
+    }
+    return JobSpec(**{**values, **overrides})
 
 
 def read_env(path: Path) -> dict[str, str]:

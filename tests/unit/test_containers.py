@@ -6,7 +6,6 @@ import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
 
 import pytest
 
@@ -14,8 +13,8 @@ from raysub import protocol
 from raysub.attach import command as attach_command
 from raysub.jobs import Job
 from raysub.render import render
-from raysub.spec import JobSpec, Sandbox
-from tests.support.batch import BatchRun, Step, environment, recorded_steps, run, run_batch_script
+from raysub.spec import JobSpec, Sandbox, SandboxNodes
+from tests.support.batch import BatchRun, Step, environment, job_spec, recorded_steps, run, run_batch_script
 
 JOB_ID = str(os.getpid())
 IMAGE = "nvcr.io#nvidia/pytorch:25.01-py3"
@@ -25,19 +24,10 @@ NAME_OPTION = protocol.CONTAINER_NAME_OPTION
 
 
 def spec_of(**overrides: object) -> JobSpec:
-    values: dict[str, object] = {
-        "nodes": 3,
-        "gpus_per_node": 0,
-        "command": ("true",),
-        "interface": "lo",
-        "ray_temp_dir": "/tmp/rsc%j/%n",
-        "log_dir": "runs",
-        "monitor": False,
-    }
-    return JobSpec(**{**values, **overrides})  # type: ignore[arg-type]
+    return job_spec("rsc", **overrides)
 
 
-def sandbox(nodes: Literal["all", "1"] = "1", container: str | None = None) -> Sandbox:
+def sandbox(nodes: SandboxNodes = "1", container: str | None = None) -> Sandbox:
     return Sandbox(command="sleep 1", port=9000, container=container, nodes=nodes, timeout=60)
 
 

@@ -12,7 +12,6 @@ import pytest
 
 from raysub import protocol
 from raysub.protocol import IndexEntry, append_job_index, job_index_path, read_job_index
-from raysub.spec import JobSpec
 from tests.support import batch
 
 FAKES = batch.FAKES
@@ -77,15 +76,7 @@ def run_batch_script(
     tmp_path: Path, env: dict[str, str], restart: int = 0
 ) -> subprocess.CompletedProcess[str]:
     """A 2-node job with a relative --log-dir, its batch script run in ``tmp_path/submit``."""
-    spec = JobSpec(
-        nodes=2,
-        gpus_per_node=0,
-        command=("true",),
-        interface="lo",
-        ray_temp_dir="/tmp/rsi%j/%n",
-        log_dir="runs",
-        monitor=False,
-    )
+    spec = batch.job_spec("rsi", nodes=2)
     try:
         return batch.run_batch_script(tmp_path, spec, env, JOB_ID, restart).done
     finally:

@@ -12,17 +12,10 @@ from pathlib import Path
 import pytest
 
 from raysub.metrics import table
-from raysub.monitor import (
-    GIB,
-    GpuMetrics,
-    IdleWatch,
-    MetricsFile,
-    NodeMetrics,
-    RayGpuMonitor,
-    parse_node_metrics,
-    snapshot_line,
-    tokens_per_second_per_gpu,
-)
+from raysub.monitor import RayGpuMonitor, tokens_per_second_per_gpu
+from raysub.node.metrics_log import MetricsFile, snapshot_line
+from raysub.node.readings import GIB, GpuMetrics, NodeMetrics, parse_node_metrics
+from raysub.node.sidecar import IdleWatch
 from tests.support.ray_metrics import H200_RAY_2_49, RECORDED, Gpu, exposition, labels, serve
 
 H100 = "NVIDIA H100 80GB HBM3"
@@ -250,7 +243,7 @@ def test_snapshot_line_round_trips() -> None:
 
 
 def test_sidecar_writes_snapshots_and_warns_of_idle_gpus_once(tmp_path: Path) -> None:
-    from raysub.monitor import sidecar
+    from raysub.node.sidecar import main as sidecar
 
     files = {
         name: tmp_path / name
@@ -263,10 +256,7 @@ def test_sidecar_writes_snapshots_and_warns_of_idle_gpus_once(tmp_path: Path) ->
     with serve({"node1": lambda: idle}) as urls:
         threading.Timer(3.0, files["ENDED"].touch).start()
         status = sidecar(
-            ["--gcs=unused:0", "--node=node1", f"--metrics={files['metrics.jsonl']}", "--max-bytes=1000000",
-             f"--timeline={files['timeline.jsonl']}", f"--timeline-lock={files['timeline.lock']}",
-             "--idle-phase=gpu_idle", f"--driver-started={files['DRIVER_STARTED']}",
-             f"--ended={files['ENDED']}",
+            [f"--log-dir={tmp_path}", "--gcs=unused:0", "--node=node1",
              "--interval=0.5", "--idle-threshold=5", "--idle-after=1"],
             endpoints=lambda: urls,
         )  # fmt: skip
@@ -291,13 +281,13 @@ def test_the_monitor_benchmark_runs() -> None:
 def test_timeline_is_written_when_flock_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import errno
 
-    from raysub import monitor
+    from raysub.protocol import LogDir
 
     def no_locks(*_: object) -> None:
         raise OSError(errno.ENOLCK, "No locks available")
 
     monkeypatch.setattr("fcntl.flock", no_locks)
     timeline = tmp_path / "timeline.jsonl"
-    monitor.append_timeline(timeline, tmp_path / "timeline.lock", "gpu_idle", "node1", "idle")
+    LogDir(tmp_path).append_timeline("gpu_idle", "node1", "idle")
     [event] = [json.loads(line) for line in timeline.read_text().splitlines()]
     assert (event["phase"], event["node"], event["detail"]) == ("gpu_idle", "node1", "idle")

@@ -1,4 +1,4 @@
-"""A wheel built from the tree carries the templates and installs a working ``raysub`` command."""
+"""A wheel built from the tree carries the templates and the license and installs a working ``raysub``."""
 
 import os
 import shutil
@@ -11,6 +11,9 @@ from pathlib import Path
 import pytest
 
 from tests.support.prereq import REPO
+
+# Slow (a wheel build and a pip install); CI runs it, quick local runs skip it with -m "not wheel".
+pytestmark = pytest.mark.wheel
 
 
 @pytest.fixture(scope="module")
@@ -42,6 +45,12 @@ def test_wheel_contains_every_template(wheel: Path) -> None:
     assert templates, "templates/ is empty"
     missing = [str(t) for t in templates if f"raysub/templates/{t.as_posix()}" not in names]
     assert missing == []
+
+
+def test_wheel_carries_the_license(wheel: Path) -> None:
+    archive = zipfile.ZipFile(wheel)
+    (license_file,) = [n for n in archive.namelist() if n.endswith(".dist-info/licenses/LICENSE")]
+    assert archive.read(license_file) == (REPO / "LICENSE").read_bytes()
 
 
 def test_wheel_installs_into_a_fresh_venv(wheel: Path, tmp_path: Path) -> None:

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from raysub.metrics import Snapshot, read_snapshots
-from raysub.monitor import GIB, GpuMetrics, NodeMetrics, RayGpuMonitor, parse_node_metrics, snapshot_line
+from raysub.monitor import RayGpuMonitor
+from raysub.node.metrics_log import Snapshot, read_snapshots, snapshot_line
+from raysub.node.readings import GIB, GpuMetrics, NodeMetrics, parse_node_metrics
 from raysub.protocol import LogDir
 from raysub.report import BOTTOM, HEIGHT, LEFT, PALETTE, RIGHT, TOP, WIDTH, render_report
 from raysub.slurm import SlurmState

@@ -1,0 +1,125 @@
+"""One node's readings from Ray's Prometheus endpoint: GPU, CPU and memory, parsed from the exposition text.
+
+Ray's units: host memory in bytes; GPU memory in MiB although the metric says bytes; utilisation in percent,
+negative when the device does not report it (unknown, not idle).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+GIB = 2**30
+MIB_PER_GIB = 1024
+
+# Ray's metric names (the reporter agent's gauges, exported with the ray_ prefix).
+CPU_UTIL = "ray_node_cpu_utilization"
+RAM_USED = "ray_node_mem_used"
+RAM_TOTAL = "ray_node_mem_total"
+GPU_AVAILABLE = "ray_node_gpus_available"
+GPU_UTIL = "ray_node_gpus_utilization"
+GPU_MEM_USED = "ray_node_gram_used"
+GPU_MEM_AVAILABLE = "ray_node_gram_available"
+NODE_METRICS = (CPU_UTIL, RAM_USED, RAM_TOTAL)
+GPU_METRICS = (GPU_AVAILABLE, GPU_UTIL, GPU_MEM_USED, GPU_MEM_AVAILABLE)
+# A GPU exists when any of the node's series carries its index: the four above, and whatever else a Ray
+# version adds per GPU (ray_node_gpu_power_milliwatts and ray_node_gpu_temperature_celsius in Ray 2.60).
+# Some Ray versions serve only some of them (2.49 on H200 nodes: ray_node_gpus_available alone).
+NODE_PREFIX = "ray_node_"
+GPU_INDEX = "GpuIndex"
+_GPU_INDEX_LABEL = f'{GPU_INDEX}="'
+
+
+@dataclass(frozen=True)
+class GpuMetrics:
+    """One GPU as Ray labels it: ``index`` is GpuIndex (MIG devices: gpu * 1000 + mig)."""
+
+    index: str
+    name: str | None
+    util_pct: float | None
+    mem_used_gib: float | None
+    mem_total_gib: float | None
+
+
+@dataclass(frozen=True)
+class NodeMetrics:
+    """One node's reading; a field Ray did not report is None."""
+
+    ip: str | None
+    cpu_util_pct: float | None
+    ram_used_gib: float | None
+    ram_total_gib: float | None
+    gpus: list[GpuMetrics] = field(default_factory=list)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> NodeMetrics:
+        """The inverse of ``dataclasses.asdict``, for snapshots read back from metrics.jsonl."""
+        gpus = [GpuMetrics(**gpu) for gpu in data.get("gpus", [])]
+        return cls(
+            data.get("ip"),
+            data.get("cpu_util_pct"),
+            data.get("ram_used_gib"),
+            data.get("ram_total_gib"),
+            gpus,
+        )
+
+
+def _wanted(line: str) -> bool:
+    return line.startswith(NODE_METRICS) or (line.startswith(NODE_PREFIX) and _GPU_INDEX_LABEL in line)
+
+
+def _wanted_lines(text: str) -> str:
+    # An endpoint serves hundreds of metrics (~250 KB) and the parser is pure Python: hand it only the
+    # node's own readings and its per-GPU samples (no # HELP or # TYPE: every family parses as untyped).
+    return "\n".join(line for line in text.splitlines() if _wanted(line)) + "\n"
+
+
+def _gpu_sort_key(index: str) -> tuple[int, str]:
+    return (int(index), index) if index.isdigit() else (sys.maxsize, index)
+
+
+def parse_node_metrics(text: str) -> NodeMetrics:
+    """One node's metrics from its endpoint's exposition text; raises ValueError when it is malformed."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    ip: str | None = None
+    node: dict[str, float] = {}
+    gpus: dict[str, dict[str, Any]] = {}
+    for family in text_string_to_metric_families(_wanted_lines(text)):
+        for sample in family.samples:
+            labels = sample.labels
+            if GPU_INDEX in labels:  # any per-GPU series names a GPU, whether or not it has our readings
+                gpu = gpus.setdefault(labels[GPU_INDEX], {"name": None})
+                gpu["name"] = gpu["name"] or labels.get("GpuDeviceName")
+                gpu[sample.name] = sample.value
+            elif sample.name in NODE_METRICS:
+                node[sample.name] = sample.value
+            else:
+                continue  # a longer name with our prefix: ray_node_mem_used_host
+            ip = ip or labels.get("ip")
+
+    def gib(value: float | None, per_gib: float) -> float | None:
+        return None if value is None or math.isnan(value) else value / per_gib
+
+    def gpu_metrics(index: str, values: dict[str, Any]) -> GpuMetrics:
+        util = values.get(GPU_UTIL)
+        used, available = values.get(GPU_MEM_USED), values.get(GPU_MEM_AVAILABLE)
+        total = used + available if used is not None and available is not None else None
+        return GpuMetrics(
+            index=index,
+            name=values["name"],
+            util_pct=None if util is None or math.isnan(util) or util < 0 else util,
+            mem_used_gib=gib(used, MIB_PER_GIB),
+            mem_total_gib=gib(total, MIB_PER_GIB),
+        )
+
+    return NodeMetrics(
+        ip=ip,
+        cpu_util_pct=node.get(CPU_UTIL),
+        ram_used_gib=gib(node.get(RAM_USED), GIB),
+        ram_total_gib=gib(node.get(RAM_TOTAL), GIB),
+        gpus=[gpu_metrics(index, gpus[index]) for index in sorted(gpus, key=_gpu_sort_key)],
+    )

@@ -1,0 +1,103 @@
+"""The head's unit counter: how many GPUs (or, for CPU-only jobs, nodes) have joined Ray, and which nodes.
+
+Run by the head script as ``python -m raysub.node.units`` beside Ray's head. It keeps ray_worker_units (the
+head waits on it before starting the driver) and ray_joined_nodes (raysub status) up to date, both
+written atomically, and adds a timeline line for each node that joins. It polls briskly until the
+cluster is whole, then slowly to keep the count live, and ends when ENDED appears or the head script
+goes away.
+
+Exit status: 0 when it ended so; UNPROTECTED when --auth token was asked for and this Ray does not
+enforce it (before Ray 2.52 RAY_AUTH_MODE is ignored); 1 on any other error. On failure its only line on
+stdout says why, for the head to end the job with.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, get_args
+
+from raysub import protocol
+from raysub.node import gcs
+
+UNPROTECTED = 3
+BRISK_S = 0.1  # until every unit has joined
+SLOW_S = 5.0  # afterwards
+
+
+def token_enforced() -> bool:
+    """Whether this Ray enforces token authentication (the API to ask arrived with it, in Ray 2.52)."""
+    try:
+        from ray._raylet import AuthenticationMode, get_authentication_mode  # type: ignore[attr-defined]
+    except ImportError:
+        return False
+    return bool(get_authentication_mode() == AuthenticationMode.TOKEN)
+
+
+class Counter:
+    """What the counter has published: the set of alive nodes and the unit count."""
+
+    def __init__(self, logs: protocol.LogDir, host: str, count_gpus: bool) -> None:
+        self.logs = logs
+        self.host = host
+        self.count_gpus = count_gpus
+        self.names: set[str] = set()
+        self.units: int | None = None
+
+    def update(self, alive: list[gcs.Node]) -> None:
+        """Publish what changed since the last update."""
+        names = {node.name for node in alive}
+        if names != self.names:
+            self.logs.write_joined_nodes(names)
+            for name in sorted(names - self.names):
+                self.logs.append_timeline(protocol.PHASE_WORKER_JOINED, self.host, name)
+            self.names = names
+        units = sum(node.gpus for node in alive) if self.count_gpus else len(alive)
+        if units != self.units:
+            self.logs.write_units(units)
+            self.units = units
+
+
+def count(args: argparse.Namespace, client: Any, sleep: Callable[[float], None] = time.sleep) -> None:
+    """Poll the node table until the job ends or the process that started this one is gone."""
+    counter = Counter(protocol.LogDir(args.log_dir), args.node, args.kind == "gpu")
+    parent = os.getppid()
+    while os.getppid() == parent and not counter.logs.ended.exists():
+        try:
+            counter.update(gcs.alive_nodes(client))
+        except Exception as error:  # the GCS may be briefly busy: a failed read is never a count
+            print(f"raysub: cannot read Ray's node table: {error}", file=sys.stderr)
+        sleep(BRISK_S if (counter.units or 0) < args.expected else SLOW_S)
+
+
+def parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m raysub.node.units", description=__doc__)
+    parser.add_argument("--log-dir", type=Path, required=True)
+    parser.add_argument("--gcs", required=True, help="the GCS address, ip:port")
+    parser.add_argument("--expected", type=int, required=True, help="units the job waits for")
+    parser.add_argument("--kind", choices=get_args(protocol.UnitKind), required=True, help="what a unit is")
+    parser.add_argument("--auth", choices=get_args(protocol.AuthMode), required=True)
+    parser.add_argument("--node", required=True, help="this node's name, for the timeline")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse(argv)
+    try:
+        client = gcs.connect(args.gcs)  # first: a Ray without this API is no Ray to check the token of
+        if args.auth == "token" and not token_enforced():
+            print("unprotected", flush=True)
+            return UNPROTECTED
+        count(args, client)
+    except Exception as error:  # its last word, on one line: the head ends the job with it
+        print(*f"{type(error).__name__}: {error}".split(), flush=True)
+        raise
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

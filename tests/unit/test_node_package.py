@@ -1,0 +1,168 @@
+"""The node programs (raysub/node/): what they may import, that LOG_DIR's copy runs with a Python that has no
+raysub, and the unit counter against a fake GCS client with the real one's shape."""
+
+import ast
+import os
+import shutil
+import subprocess
+import sys
+from argparse import Namespace
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from raysub import protocol
+from raysub.node import gcs, units
+from raysub.render import node_library
+from raysub.spec import JobSpec
+from tests.support.batch import run_batch_script
+
+SHIPPED = {name.removeprefix(f"{protocol.NODE_PYTHON_DIR}/"): path for name, path in node_library()}
+# What Ray's Python has besides the standard library (prometheus_client comes with ray[default]).
+THIRD_PARTY = {"ray", "prometheus_client"}
+
+
+def module_name(relative: str) -> str:
+    return relative.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+
+
+def imports(path: Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module)
+            names |= {f"{node.module}.{alias.name}" for alias in node.names}
+    return names
+
+
+@pytest.mark.parametrize("relative", sorted(SHIPPED))
+def test_a_shipped_module_imports_only_what_a_node_has(relative: str) -> None:
+    shipped = {module_name(name) for name in SHIPPED}
+    for name in imports(SHIPPED[relative]):
+        top = name.split(".")[0]
+        if top == "raysub":
+            # "from raysub import protocol" names a module; "from raysub.x import y" names something in x.
+            assert name in shipped or name.rpartition(".")[0] in shipped, f"{relative} imports {name}"
+        else:
+            assert top in sys.stdlib_module_names | THIRD_PARTY | {"__future__"}, f"{relative} imports {name}"
+
+
+def test_every_node_module_is_shipped() -> None:
+    package = Path(units.__file__).parent
+    assert {p.name for p in package.glob("*.py")} == {
+        Path(name).name for name in SHIPPED if name.startswith("raysub/node/")
+    }
+
+
+def test_log_dirs_copy_runs_with_a_python_without_raysub(tmp_path: Path) -> None:
+    python = shutil.which("python3", path="/usr/bin:/bin")
+    probe = [python or "python3", "-c", "import raysub"]
+    if (
+        python is None
+        or subprocess.run(probe, cwd=tmp_path, capture_output=True, check=False).returncode == 0
+    ):
+        pytest.skip("needs a python3 in /usr/bin without raysub")
+    spec = JobSpec(nodes=2, gpus_per_node=0, command=("true",), interface="lo", log_dir="runs", monitor=False)
+    job = run_batch_script(tmp_path, spec, {"HOME": str(tmp_path)}, str(os.getpid()))
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(job.log_dir.file(protocol.NODE_PYTHON_DIR))}
+    for program in ("units", "sidecar"):
+        done = subprocess.run(
+            [python, "-m", f"raysub.node.{program}", "--help"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        assert "--log-dir" in done.stdout
+
+
+# ---- the unit counter, with a client shaped like ray._raylet.GcsClient ----
+
+
+def node_info(name: str, gpus: float, state: int = gcs.ALIVE) -> SimpleNamespace:
+    return SimpleNamespace(
+        node_name=name,
+        node_manager_address=f"10.0.0.{len(name)}",
+        metrics_export_port=8080,
+        state=state,
+        resources_total={"GPU": gpus, "CPU": 8.0},
+    )
+
+
+class FakeGcs:
+    """Answers each get_all_node_info with the next of ``answers`` (an exception is raised)."""
+
+    def __init__(self, answers: list[Any], logs: protocol.LogDir) -> None:
+        self.answers = answers
+        self.logs = logs
+
+    def get_all_node_info(self, timeout: float) -> dict[str, Any]:
+        assert timeout == gcs.TIMEOUT_S
+        answer = self.answers.pop(0)
+        if not self.answers:  # the last answer: the job ends after it
+            self.logs.ended.write_text("done\n")
+        if isinstance(answer, Exception):
+            raise answer
+        return {f"id{k}": info for k, info in enumerate(answer)}
+
+
+def arguments(logs: protocol.LogDir, kind: str = "gpu", auth: str = "none") -> Namespace:
+    return units.parse(
+        [f"--log-dir={logs.path}", "--gcs=10.0.0.1:6379", "--expected=16", f"--kind={kind}", f"--auth={auth}",
+         "--node=node1"]
+    )  # fmt: skip
+
+
+def test_the_counter_publishes_units_nodes_and_joins(tmp_path: Path) -> None:
+    logs = protocol.LogDir(tmp_path)
+    answers: list[Any] = [
+        [node_info("node1", 8)],
+        RuntimeError("the GCS is busy"),  # a failed read changes nothing
+        [node_info("node1", 8), node_info("node2", 8), node_info("gone", 8, state=1)],
+    ]
+    sleeps: list[float] = []
+    units.count(arguments(logs), FakeGcs(answers, logs), sleeps.append)
+    assert logs.units() == 16
+    assert logs.joined_nodes() == ["node1", "node2"]
+    joined = [(e.phase, e.node, e.detail) for e in logs.timeline()]
+    assert joined == [(protocol.PHASE_WORKER_JOINED, "node1", n) for n in ("node1", "node2")]
+    assert sleeps == [units.BRISK_S, units.BRISK_S, units.SLOW_S]  # slow once all 16 GPUs joined
+
+
+def test_without_gpus_the_counter_counts_nodes(tmp_path: Path) -> None:
+    logs = protocol.LogDir(tmp_path)
+    units.count(arguments(logs, kind="node"), FakeGcs([[node_info("a", 0), node_info("b", 0)]], logs), print)
+    assert logs.units() == 2
+
+
+def test_a_ray_that_does_not_enforce_the_token_is_reported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(gcs, "connect", lambda address: object())
+    monkeypatch.setattr(units, "token_enforced", lambda: False)
+    logs = protocol.LogDir(tmp_path)
+    assert units.main([f"--log-dir={logs.path}", "--gcs=x:1", "--expected=1", "--kind=gpu", "--auth=token",
+                       "--node=n"]) == units.UNPROTECTED  # fmt: skip
+    assert capsys.readouterr().out == "unprotected\n"
+    assert logs.units() is None
+
+
+def test_an_error_is_its_last_word_on_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def no_ray(address: str) -> None:
+        raise ModuleNotFoundError("No module named 'ray'\n(and more)")
+
+    monkeypatch.setattr(gcs, "connect", no_ray)
+    with pytest.raises(ModuleNotFoundError):
+        units.main(
+            [f"--log-dir={tmp_path}", "--gcs=x:1", "--expected=1", "--kind=gpu", "--auth=none", "--node=n"]
+        )
+    assert capsys.readouterr().out == "ModuleNotFoundError: No module named 'ray' (and more)\n"

@@ -1,0 +1,234 @@
+"""JobSpec on its own: the values the templates read instead of computing them, the table of lower
+limits and the per-part checks, with their messages as the command line prints them, and the choices
+of --auth and --sandbox-nodes defined once."""
+
+import dataclasses
+from typing import get_args
+
+import click
+import pytest
+
+from raysub import protocol
+from raysub.cli import render as render_command
+from raysub.protocol import AuthMode
+from raysub.render import render
+from raysub.spec import (
+    BOUNDS,
+    Bound,
+    JobSpec,
+    Sandbox,
+    SandboxNodes,
+    SpecError,
+    sandbox_from_options,
+)
+
+SPEC = JobSpec(nodes=3, command=("python", "train.py"))
+
+
+def spec(**changes: object) -> JobSpec:
+    return dataclasses.replace(SPEC, **changes)  # type: ignore[arg-type]
+
+
+def error_of(job: JobSpec) -> SpecError:
+    with pytest.raises(SpecError) as caught:
+        job.check()
+    return caught.value
+
+
+# ---- values computed from options ----
+
+
+@pytest.mark.parametrize(("retries", "attempts"), [(0, 1), (2, 3), (9, 10)])
+def test_attempts_are_the_first_try_and_every_retry(retries: int, attempts: int) -> None:
+    assert spec(head_retries=retries).head_attempts == attempts
+    assert spec(worker_retries=retries).worker_attempts == attempts
+
+
+@pytest.mark.parametrize(("timeout", "retries", "wait"), [(300, 2, 960), (1, 0, 61), (45, 1, 150)])
+def test_a_worker_waits_a_minute_longer_than_every_head_attempt(
+    timeout: int, retries: int, wait: int
+) -> None:
+    assert spec(head_timeout=timeout, head_retries=retries).worker_head_wait == wait
+
+
+def test_the_worker_script_waits_worker_head_wait_seconds_for_the_head() -> None:
+    script = render(spec(head_timeout=45, head_retries=1, worker_retries=4))
+    wait = f'wait_for_file "${{LOG_DIR}}/{protocol.STARTED_RAY_HEAD}" $((SECONDS + 150)) || status=$?\n'
+    assert wait in script
+    assert 'die "Ray did not stay up after 5 attempts"\n' in script
+    assert 'die "Ray did not start after 2 attempts; see ' in script
+
+
+@pytest.mark.parametrize(
+    ("temp_dir", "per_job"),
+    [
+        ("/tmp/rs-%j/%n", True),
+        ("/s/%j/r/%n", True),
+        ("/tmp/%n", False),
+        ("/tmp/ray/%j", False),  # %j in the last part only: the parent is shared
+        ("/tmp/%n-%j", False),
+    ],
+)
+def test_temp_parent_per_job_when_j_is_above_the_last_part(temp_dir: str, per_job: bool) -> None:
+    job = spec(ray_temp_dir=temp_dir)
+    assert job.temp_parent_per_job is per_job
+    assert ('TEMP_PARENT=$(dirname -- "$TEMP_DIR")' in render(job)) is per_job
+
+
+@pytest.mark.parametrize(("auth", "token"), [("token", True), ("none", False)])
+def test_token_auth(auth: AuthMode, token: bool) -> None:
+    assert spec(auth=auth).token_auth is token
+
+
+@pytest.mark.parametrize(
+    ("gpus", "gpu_request", "requested"),
+    [(8, True, True), (8, False, False), (0, True, False), (0, False, False)],
+)
+def test_requests_gpus_only_with_gpus_and_gpu_request(gpus: int, gpu_request: bool, requested: bool) -> None:
+    job = spec(gpus_per_node=gpus, gpu_request=gpu_request)
+    assert job.requests_gpus is requested
+    assert ("#SBATCH --gpus-per-node=" in render(job)) is requested
+
+
+@pytest.mark.parametrize(
+    ("gpus", "dedicated", "counts_gpus", "name", "expected"),
+    [
+        (8, False, True, "GPUs", 24),
+        (8, True, True, "GPUs", 16),
+        (0, False, False, "nodes", 3),
+    ],
+)
+def test_units_are_gpus_or_nodes_without_gpus(
+    gpus: int, dedicated: bool, counts_gpus: bool, name: str, expected: int
+) -> None:
+    job = spec(gpus_per_node=gpus, dedicated_head=dedicated)
+    assert (job.counts_gpus, job.units_name, job.expected_units) == (counts_gpus, name, expected)
+    assert f"{name} joined after {job.workers_timeout} s" in render(job)
+
+
+@pytest.mark.parametrize(("nodes", "every_node", "sandbox_nodes"), [("all", True, 3), ("1", False, 1)])
+def test_sandbox_every_node(nodes: SandboxNodes, every_node: bool, sandbox_nodes: int) -> None:
+    job = spec(sandbox=Sandbox(command="serve", port=8500, nodes=nodes))
+    assert job.sandbox is not None
+    assert job.sandbox.every_node is every_node
+    assert job.sandbox_nodes == sandbox_nodes
+
+
+def test_no_sandbox_runs_on_no_node() -> None:
+    assert SPEC.sandbox_nodes == 0
+
+
+# ---- the table of lower limits ----
+
+# What each row says about a value one below its minimum: the messages users have always seen.
+BELOW_MINIMUM = {
+    "--nodes": (0, "must be at least 1, not 0"),
+    "--gpus-per-node": (-1, "must be 0 or more, not -1"),
+    "--cpus-per-task": (0, "must be at least 1, not 0"),
+    "--head-retries": (-1, "must be 0 or more, not -1"),
+    "--worker-retries": (-1, "must be 0 or more, not -1"),
+    "--head-timeout": (0, "must be at least 1 second, not 0"),
+    "--workers-timeout": (0, "must be at least 1 second, not 0"),
+    "--signal-before": (0, "must be at least 1 second, not 0"),
+    "--monitor-interval": (-0.5, "must be at least 0.5 seconds, not -0.5"),
+    "--gpu-idle-after": (0, "must be at least 1 second, not 0"),
+}
+
+
+def test_every_bound_names_a_spec_field_and_its_option() -> None:
+    fields = {f.name for f in dataclasses.fields(JobSpec)}
+    for bound in BOUNDS:
+        assert bound.attribute in fields
+        assert bound.option == "--" + bound.attribute.replace("_", "-")
+    assert [b.option for b in BOUNDS] == list(BELOW_MINIMUM)
+
+
+@pytest.mark.parametrize("bound", BOUNDS, ids=lambda b: b.option)
+def test_each_bound_rejects_one_below_its_minimum(bound: Bound) -> None:
+    value, message = BELOW_MINIMUM[bound.option]
+    assert value == bound.minimum - 1
+    error = error_of(spec(**{bound.attribute: value}))
+    assert (error.option, error.message) == (bound.option, message)
+
+
+@pytest.mark.parametrize("bound", BOUNDS, ids=lambda b: b.option)
+def test_each_bound_accepts_its_minimum(bound: Bound) -> None:
+    assert spec(**{bound.attribute: bound.minimum}).check()
+
+
+def test_a_fraction_below_the_minimum_is_refused_too() -> None:
+    error = error_of(spec(monitor_interval=0.4))
+    assert str(error) == "--monitor-interval: must be at least 0.5 seconds, not 0.4"
+
+
+@pytest.mark.parametrize("attribute", ["cpus_per_task", "signal_before"])
+def test_an_optional_option_left_out_is_not_checked(attribute: str) -> None:
+    assert getattr(spec(**{attribute: None}).check(), attribute) is None
+
+
+# ---- the per-part checks ----
+
+
+@pytest.mark.parametrize("port", [0, 65536])
+def test_sandbox_check_refuses_a_port_out_of_range(port: int) -> None:
+    error = error_of(spec(sandbox=Sandbox(command="serve", port=port)))
+    assert str(error) == f"--sandbox-port: {port} is not a port"
+
+
+def test_sandbox_check_refuses_a_zero_timeout() -> None:
+    error = error_of(spec(sandbox=Sandbox(command="serve", port=8500, timeout=0)))
+    assert str(error) == "--sandbox-timeout: must be at least 1 second"
+
+
+@pytest.mark.parametrize("threshold", [0.0, -1.0, 100.5])
+def test_the_idle_threshold_is_a_percentage_above_0(threshold: float) -> None:
+    error = error_of(spec(gpu_idle_threshold=threshold))
+    assert str(error) == f"--gpu-idle-threshold: must be a percentage above 0, not {threshold}"
+
+
+@pytest.mark.parametrize("threshold", [0.01, 100.0])
+def test_the_idle_threshold_may_be_any_percentage_above_0(threshold: float) -> None:
+    assert spec(gpu_idle_threshold=threshold).check()
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"job_name": "a\nb"}, "--job-name: 'a\\nb' is empty or has a newline or control character"),
+        ({"account": "a b"}, "--account: 'a b' is not a Slurm name (no spaces, quotes or '#')"),
+        ({"time": "soon"}, "--time: 'soon' is not a Slurm time such as 30, 4:00:00 or 1-12"),
+        ({"env": (("1X", "v"),)}, "--env: '1X' is not a variable name"),
+        ({"setup": "a\0b"}, "--setup: contains a NUL byte"),
+        ({"command": ("a\0b",)}, "COMMAND: contains a NUL byte, which no argv can carry"),
+        ({"interface": "eth 0"}, "--interface: 'eth 0' is not a network interface name"),
+        ({"forward_signal": "KILL"}, "--forward-signal: 'KILL' is not one of USR1, USR2, INT, HUP, QUIT"),
+        (
+            {"time": "1", "signal_before": 60},
+            "--signal-before: 60 s is not before the end of --time 1 (60 s): "
+            "the warning would come at the start of the job, or never",
+        ),
+        ({"auth": "open"}, "--auth: must be one of token, none, not 'open'"),
+    ],
+)
+def test_each_part_keeps_its_message(changes: dict[str, object], message: str) -> None:
+    assert str(error_of(spec(**changes))) == message
+
+
+# ---- choices defined once ----
+
+
+def choices_of(name: str) -> tuple[str, ...]:
+    param = next(p for p in render_command.params if p.name == name)
+    assert isinstance(param.type, click.Choice)
+    return tuple(param.type.choices)
+
+
+def test_the_command_line_offers_the_spec_choices() -> None:
+    assert choices_of("auth") == get_args(AuthMode) == ("token", "none")
+    assert choices_of("sandbox_nodes") == get_args(SandboxNodes) == ("all", "1")
+
+
+def test_sandbox_from_options_refuses_other_node_choices() -> None:
+    with pytest.raises(SpecError) as caught:
+        sandbox_from_options("serve", 8500, None, "2", 300)
+    assert str(caught.value) == "--sandbox-nodes: must be 'all' or '1', not '2'"
