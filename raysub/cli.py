@@ -216,6 +216,30 @@ def cli() -> None:
     metavar="SECONDS",
     help="Warn in timeline.jsonl when every GPU stays idle this long while the driver runs.",
 )
+@spec_option(
+    "--driver-restarts",
+    type=int,
+    metavar="N",
+    help="Run the driver again, up to N times, when it exits non-zero while every node is still in "
+    "the cluster: no queue wait, no new bring-up. A lost node still ends the job.",
+)
+@spec_option(
+    "--restart-backoff",
+    type=int,
+    metavar="SECONDS",
+    help="Wait before the first driver restart; doubled for each next one, at most 10 minutes.",
+)
+@spec_option(
+    "--checkpoint-dir",
+    metavar="DIR",
+    help="Where the driver saves checkpoints: before each driver start the newest complete one is "
+    "passed on in RAYSUB_RESUME_FROM, and {checkpoint} in COMMAND is replaced by it (docs/health.md).",
+)
+@spec_option(
+    "--checkpoint-marker",
+    metavar="NAME",
+    help="A checkpoint is complete only once it holds this file (default: each layout's own sign).",
+)
 @option(
     "--profile", help="Take defaults from [profiles.NAME] in ./raysub.toml or ~/.config/raysub/raysub.toml."
 )
@@ -283,24 +307,28 @@ def validate(script: Path, strict: bool) -> None:
     click.echo(f"{script}: ok ({len(checked)} scripts: {', '.join(checked)})")
 
 
+def log_dir_option(default: str, help_text: str) -> Callable[[F], F]:
+    """--log-dir of a command that reads jobs' LOG_DIRs: their base directory, as ``base``."""
+    path = click.Path(file_okay=False, path_type=Path)
+    return option("--log-dir", "base", type=path, show_default=default, help=help_text)
+
+
 def job_options(func: F) -> F:
     """JOB and the options that find its LOG_DIR, shared by status, logs and attach."""
     func = click.option(
         "--attempt", type=int, help="Which attempt of a requeued job (0 = the first); default the newest."
     )(func)
-    func = option(
-        "--log-dir",
-        "base",
-        type=click.Path(file_okay=False, path_type=Path),
-        show_default="the current directory",
-        help="The base directory of the job's <jobid>-logs directories. A job id is looked for here, "
-        "then in the current directory, the job index and Slurm's record of the job.",
+    func = log_dir_option(
+        "the current directory",
+        "The base directory of the job's <jobid>-logs directories. A job id is looked for here, then in "
+        "the current directory, the job index and Slurm's record of the job.",
     )(func)
     return click.argument("job", required=False)(func)
 
 
 def redraw_interval(default: float, help_text: str) -> Callable[[F], F]:
-    """--interval of a command that redraws: at least 2 s, so watching never hammers Slurm."""
+    """--interval of a command that asks Slurm again and again (a redraw, a watch): at least 2 s, so
+    watching never hammers Slurm."""
     return click.option(
         "--interval", type=click.FloatRange(min=2), default=default, show_default=True, help=help_text
     )
@@ -349,7 +377,7 @@ def status(
 @cli.command()
 @job_options
 @click.option("--head", is_flag=True, help="The Ray head's log.")
-@click.option("--driver", is_flag=True, help="The driver's log.")
+@click.option("--driver", is_flag=True, help="The driver's log (and each restart's: driver1, driver2, ...).")
 @click.option("--worker", type=int, metavar="K", help="Worker K's log (ray-worker-K.log).")
 @click.option("--node", metavar="NAME", help="The log of the Ray node on Slurm node NAME.")
 @click.option("--sandbox", is_flag=True, help="The sandbox logs.")
@@ -513,6 +541,221 @@ def report(job: str | None, base: Path | None, attempt: int | None, output: Path
         raise click.UsageError(str(error)) from error
     output.write_text(render_report(f"raysub job {found.job_id}", recorded))
     click.echo(f"{output}: {found.logs.metrics} as charts")
+
+
+def seconds_option(flag: str, default: float, metavar: str, help_text: str) -> Callable[[F], F]:
+    return click.option(
+        flag,
+        type=click.FloatRange(min=0),
+        default=default,
+        show_default=True,
+        metavar=metavar,
+        help=help_text,
+    )
+
+
+def checked_step_regex(value: str | None) -> str | None:
+    """--step-regex: a regular expression with a group named 'step'."""
+    import re
+
+    if value is None:
+        return None
+    try:
+        groups = re.compile(value).groupindex
+    except re.error as error:
+        raise click.BadParameter(str(error), param_hint="'--step-regex'") from error
+    if "step" not in groups:
+        raise click.BadParameter(
+            "needs a group named 'step', such as (?P<step>\\d+)", param_hint="'--step-regex'"
+        )
+    return value
+
+
+def progress_options(stall_help: str) -> Callable[[F], F]:
+    """--step-regex and --stall-after: how a command reads the driver's progress (raysub health's checks)."""
+
+    def decorate(func: F) -> F:
+        func = click.option(
+            "--stall-after",
+            type=click.FloatRange(min=1),
+            default=1800.0,
+            show_default=True,
+            metavar="SECONDS",
+            help=stall_help,
+        )(func)
+        return click.option(
+            "--step-regex",
+            metavar="RE",
+            help="How the driver's log shows a training step: a regular expression with a group named "
+            "'step' (and optionally 'total'). Default: the forms verl, NeMo-RL, OpenRLHF, SkyRL, AReaL, "
+            "Megatron, HF, Lightning, DeepSpeed, torchtitan and Ray Train print (docs/health.md).",
+        )(func)
+
+    return decorate
+
+
+@cli.command()
+@job_options
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@progress_options("Stalled: the driver runs and its step has not moved for this long.")
+@click.option(
+    "--gpu-idle-threshold",
+    type=click.FloatRange(min=0, min_open=True, max=100),
+    default=5.0,
+    show_default=True,
+    metavar="PCT",
+    help="GPU utilisation (%) below which a GPU counts as idle.",
+)
+@seconds_option(
+    "--gpu-idle-after",
+    600.0,
+    "SECONDS",
+    "Unhealthy when every GPU has been idle this long while the driver runs.",
+)
+@click.option(
+    "--checkpoint-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Where the driver saves checkpoints: the report names the newest complete one.",
+)
+@click.option("--checkpoint-marker", metavar="NAME", help="A checkpoint is complete once it holds this file.")
+def health(
+    job: str | None,
+    base: Path | None,
+    attempt: int | None,
+    as_json: bool,
+    step_regex: str | None,
+    stall_after: float,
+    gpu_idle_threshold: float,
+    gpu_idle_after: float,
+    checkpoint_dir: Path | None,
+    checkpoint_marker: str | None,
+) -> None:
+    """Say whether JOB is healthy: Slurm's state, training progress and stalls, idle GPUs, each node's NCCL
+    transport, fatal log lines (NCCL timeouts and errors, CUDA out of memory, lost Ray nodes, tracebacks),
+    Ray's GPUs and CPUs in use, and the newest complete checkpoint.
+
+    Exit status 0 healthy, 1 unhealthy, 2 cannot tell (queued, or nothing to go by). One Slurm query;
+    everything else comes from LOG_DIR. Each finding names its node and the log line that shows it
+    (docs/health.md says what each means and what to do).
+
+    \b
+    Example:
+      raysub health 4711
+      raysub health --json --checkpoint-dir /lustre/ckpt/run7 --stall-after 900
+    """
+    from raysub import slurm
+    from raysub.health.report import Options, check
+
+    found = find_job(job, base, attempt)
+    options = Options(
+        checked_step_regex(step_regex),
+        stall_after,
+        gpu_idle_threshold,
+        gpu_idle_after,
+        checkpoint_dir,
+        checkpoint_marker,
+    )
+    report = check(found, slurm.job_state(found.job_id), options)
+    click.echo(report.to_json() if as_json else report.describe())
+    sys.exit(int(report.verdict))
+
+
+def exit_codes(ctx: click.Context, param: click.Parameter, value: str) -> frozenset[int]:
+    """A comma-separated list of exit codes (0 to 255)."""
+    codes = [part.strip() for part in value.split(",") if part.strip()]
+    if not all(code.isdigit() and int(code) <= 255 for code in codes):
+        raise click.BadParameter(f"{value!r} is not a comma-separated list of exit codes from 0 to 255")
+    return frozenset(int(code) for code in codes)
+
+
+@cli.command()
+@click.argument("target", metavar="JOB_SCRIPT|JOB")
+@click.option(
+    "--max-restarts",
+    type=click.IntRange(min=0),
+    default=5,
+    show_default=True,
+    help="Submit the script again at most this many times.",
+)
+@seconds_option(
+    "--backoff",
+    60.0,
+    "BASE",
+    "Seconds before the first restart: BASE to 2*BASE, doubling with each restart (half of it random).",
+)
+@seconds_option("--backoff-max", 1800.0, "MAX", "The longest wait before a restart, in seconds.")
+@progress_options(
+    "Cancel and restart a job whose driver runs but whose training step has not moved this long "
+    "(as raysub health sees it)."
+)
+@redraw_interval(60.0, "Seconds between two questions to Slurm about the job.")
+@click.option(
+    "--no-retry-exit-codes",
+    "no_retry",
+    default="",
+    metavar="LIST",
+    callback=exit_codes,
+    help="Exit codes of a failed job (comma-separated, e.g. 2,3) after which the run stops.",
+)
+@click.option(
+    "--checkpoint-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Resubmit with RAYSUB_RESUME_FROM set to the latest checkpoint in this directory.",
+)
+@log_dir_option(
+    "the directory the job is submitted from",
+    "The base directory of the jobs' <jobid>-logs directories; the run's state, lock and log "
+    "(<script name>.watch.json, .lock, .log) go there too.",
+)
+def watch(
+    target: str,
+    max_restarts: int,
+    backoff: float,
+    backoff_max: float,
+    interval: float,
+    no_retry: frozenset[int],
+    stall_after: float,
+    step_regex: str | None,
+    checkpoint_dir: Path | None,
+    base: Path | None,
+) -> None:
+    """Submit JOB_SCRIPT and resubmit it until a job of it succeeds; or adopt JOB, a submitted job.
+
+    When the job fails, times out, is preempted, loses a node or stalls (it is cancelled then), raysub
+    watch waits a backoff and submits the script again, from the same directory, with the latest
+    checkpoint in RAYSUB_RESUME_FROM for the driver to resume from. It stops when a job completes with
+    exit code 0 (exit status 0), and gives up (exit status 1) after --max-restarts, on an exit code of
+    --no-retry-exit-codes, or when the driver fails within its first minute twice in a row. Every
+    decision is printed and logged; run it again and it resumes the run, watching the same job.
+
+    \b
+    Example:
+      raysub render --nodes 4 -t 4:00:00 -- python train.py > job.sub
+      raysub watch job.sub --checkpoint-dir ckpt --max-restarts 10
+      raysub watch 4711 --no-retry-exit-codes 2
+    """
+    from raysub import watch as watching
+    from raysub.health.report import Options, stall_check
+
+    try:
+        found = watching.find_target(target)
+        backoffs = watching.Backoff(backoff, backoff_max)
+    except (watching.WatchError, ValueError) as error:
+        raise click.UsageError(str(error)) from error
+    settings = watching.Settings(
+        rules=watching.Rules(max_restarts=max_restarts, no_retry_exit_codes=no_retry),
+        backoff=backoffs,
+        interval=interval,
+        latest=watching.latest_in(checkpoint_dir) if checkpoint_dir else watching.no_checkpoint,
+        stalled=stall_check(Options(step_regex=checked_step_regex(step_regex), stall_after=stall_after)),
+        echo=click.echo,
+    )
+    try:
+        final = watching.run(found, base, settings)
+    except watching.WatchError as error:
+        raise click.ClickException(str(error)) from error
+    if not final.succeeded:
+        sys.exit(1)
 
 
 def main(args: Sequence[str] | None = None) -> None:

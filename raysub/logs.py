@@ -63,7 +63,8 @@ def sources(job: Job, selection: Selection) -> list[Source]:
         for path in sorted(logs.path.glob(pattern), key=_natural):
             found.append(Source("sb" + path.stem.removeprefix(protocol.SANDBOX_LOG_PREFIX), path))
     if show_all or selection.driver:
-        found.append(Source("driver", logs.driver_log))
+        for run, path in enumerate(logs.driver_logs()):
+            found.append(Source(f"driver{run or ''}", path))
     return [s for s in found if s.path.exists()]
 
 

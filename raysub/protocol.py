@@ -75,6 +75,16 @@ PHASE_ENDED = "ended"  # whoever writes ENDED; detail: the reason
 PHASE_SIGNAL_FORWARDED = "signal_forwarded"  # batch script and head; detail: the signal
 PHASE_STALE_LOG_DIR = "stale_log_dir"  # batch script; detail: where another job's LOG_DIR was moved
 PHASE_GPU_IDLE = "gpu_idle"  # head's monitor; detail: how many GPUs, below what, for how long
+PHASE_DRIVER_RESTART = "driver_restart"  # head (--driver-restarts); detail: which run, after what, from where
+
+# raysub health: the driver's latest step and since when it has been that step (epoch seconds), so that
+# a stall is seen across reports: {"step": <int or null>, "since": <float>}.
+HEALTH_PROGRESS = "health_progress.json"
+
+# For the driver (and the user's code): the newest complete checkpoint under --checkpoint-dir when the
+# driver starts, or what `raysub watch` passed on when it resubmitted the job. Not internal: it is the
+# interface to the user's program, and no raysub option reads it.
+RESUME_FROM = "RAYSUB_RESUME_FROM"
 
 # The head's monitor (--monitor): one JSON snapshot per line, {"t": ..., "nodes": {<node>: {...}},
 # "failed": [...]}, kept under MONITOR_MAX_BYTES by halving its resolution (raysub/node/metrics_log.py).
@@ -117,6 +127,7 @@ HEAD_LOG = "ray-head.log"
 SRUN_LOG_PREFIX = "srun-"  # srun's own messages for each step ("srun-workers.log"), e.g. which task died
 WORKER_LOG_PREFIX = "ray-worker-"
 DRIVER_LOG = "ray-driver.log"
+DRIVER_RESTART_LOG_PREFIX = "ray-driver-"  # ray-driver-<k>.log: the driver's k-th restart
 SANDBOX_LOG_PREFIX = "sandbox-"
 LOG_SUFFIX = ".log"
 
@@ -200,6 +211,11 @@ FILES = (
         f"under {MONITOR_MAX_BYTES // 2**20} MiB ([monitor.md](monitor.md))",
     ),
     FileDoc(
+        (HEALTH_PROGRESS,),
+        "`raysub health`",
+        "the driver's latest step and since when, so that a stall is seen across reports",
+    ),
+    FileDoc(
         (ENDED,),
         "the first node to see the job end",
         "one line: why (`driver exited with status 0`, `worker 2 on node7: …`, `head on node1: …`)",
@@ -208,6 +224,11 @@ FILES = (
         (HEAD_LOG, f"{WORKER_LOG_PREFIX}<k>{LOG_SUFFIX}", DRIVER_LOG, f"{SANDBOX_LOG_PREFIX}<k>{LOG_SUFFIX}"),
         "Slurm (`srun --output`) and the head",
         "logs; `<k>` is the worker's task index, zero-padded to the width of the largest",
+    ),
+    FileDoc(
+        (f"{DRIVER_RESTART_LOG_PREFIX}<k>{LOG_SUFFIX}",),
+        "head, with `--driver-restarts`",
+        "the log of the driver's k-th restart (its first run writes `ray-driver.log`)",
     ),
 )
 
@@ -222,6 +243,11 @@ def log_dir_name(job_id: str | int, restart_count: int = 0) -> str:
 def worker_index_width(workers: int) -> int:
     """Digits of the zero-padded worker index: the width of the largest index, ``workers - 1``."""
     return len(str(max(workers - 1, 0)))
+
+
+def driver_log_name(run: int) -> str:
+    """The driver's log: ray-driver.log for its first run, ray-driver-<k>.log for restart k."""
+    return DRIVER_LOG if run == 0 else f"{DRIVER_RESTART_LOG_PREFIX}{run}{LOG_SUFFIX}"
 
 
 def worker_log_name(index: int, workers: int) -> str:
@@ -310,6 +336,13 @@ class LogDir:
     def worker_log(self, index: int, workers: int) -> Path:
         return self.file(worker_log_name(index, workers))
 
+    def driver_logs(self) -> list[Path]:
+        """The driver's logs in run order: its first run, then each restart that wrote one."""
+        runs = [self.driver_log]
+        while self.file(driver_log_name(len(runs))).exists():
+            runs.append(self.file(driver_log_name(len(runs))))
+        return runs
+
     @property
     def ended(self) -> Path:
         return self.file(ENDED)
@@ -384,6 +417,18 @@ class LogDir:
             temporary.unlink()
         self.append_timeline(PHASE_ENDED, node, reason)
         return True
+
+    def progress_seen(self) -> tuple[int | None, float] | None:
+        """What raysub health last saw: the driver's step (None: no step yet) and since when."""
+        try:
+            record = json.loads(_read(self.file(HEALTH_PROGRESS)) or "")
+            step, since = record["step"], float(record["since"])
+        except (ValueError, KeyError, TypeError):
+            return None
+        return (step if isinstance(step, int) else None), since
+
+    def write_progress_seen(self, step: int | None, since: float) -> None:
+        write_atomic(self.file(HEALTH_PROGRESS), json.dumps({"step": step, "since": since}) + "\n")
 
     def timeline(self) -> list[TimelineEvent]:
         """Every whole line of timeline.jsonl, in file order (a line still being written is left out)."""

@@ -49,6 +49,20 @@ def sbatch_quote(value: object) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+# In COMMAND, with --checkpoint-dir: replaced by the checkpoint the driver resumes from, when it starts.
+CHECKPOINT_PLACEHOLDER = "{checkpoint}"
+
+
+def resume_quote(value: object) -> str:
+    """Like shell_quote, but each {checkpoint} becomes the path in RAYSUB_RESUME_FROM when the word is used
+    (empty when there is none)."""
+    parts = str(value).split(CHECKPOINT_PLACEHOLDER)
+    if len(parts) == 1:
+        return shell_quote(value)
+    resume = f'"${{{protocol.RESUME_FROM}:-}}"'
+    return resume.join(shell_quote(part) if part else "" for part in parts)
+
+
 def sbatch_arg(arg: str) -> str:
     """A passthrough '--option=value' with its value quoted for the '#SBATCH' line."""
     option, sep, value = arg.partition("=")
@@ -71,6 +85,7 @@ def environment() -> jinja2.Environment:
     )
     env.filters["shq"] = shell_quote
     env.filters["sbq"] = sbatch_quote
+    env.filters["resume_shq"] = resume_quote
     env.filters["sbatch_arg"] = sbatch_arg
     return env
 

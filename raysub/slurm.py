@@ -1,8 +1,11 @@
-"""The one place that asks Slurm about jobs (squeue, scontrol, sacct) and builds srun command lines."""
+"""The one place that asks Slurm about jobs (squeue, scontrol, sacct), submits and cancels them (sbatch,
+scancel) and builds srun command lines."""
 
+import os
 import re
 import shutil
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,14 +67,17 @@ class JobRecord:
     errors: list[str]
 
 
-def _ask(errors: list[str], *args: str) -> subprocess.CompletedProcess[str] | None:
-    """Run a Slurm tool; None (and why, in ``errors``) when it is missing, hangs or cannot start."""
+def _ask(
+    errors: list[str], *args: str, cwd: Path | None = None, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str] | None:
+    """Run a Slurm tool (in ``cwd``, with ``env``); None (and why, in ``errors``) when it is missing, hangs
+    or cannot start."""
     if shutil.which(args[0]) is None:
         errors.append(f"{args[0]} is not installed here")
         return None
     try:
-        return subprocess.run(
-            args, capture_output=True, text=True, check=False, timeout=TIMEOUT, stdin=subprocess.DEVNULL
+        return subprocess.run(  # check=False, the default: the caller reads the return code
+            args, capture_output=True, text=True, timeout=TIMEOUT, stdin=subprocess.DEVNULL, cwd=cwd, env=env
         )
     except (OSError, subprocess.TimeoutExpired) as error:
         errors.append(f"{args[0]}: {error}")
@@ -84,24 +90,29 @@ def _complaint(tool: str, stderr: str) -> str:
     return f"{tool}: {(lines[-1] if lines else 'failed').removeprefix(f'{tool}: ')}"
 
 
+def _show_job(errors: list[str], job_id: str) -> tuple[bool, dict[str, str]]:
+    """`scontrol show job`: whether it answered (a job it does not know included), and the job's fields
+    (none when it does not know the job any more: slurmctld forgets a job MinJobAge after it ended)."""
+    shown = _ask(errors, "scontrol", "-o", "show", "job", job_id)
+    if shown is not None and shown.returncode == 0 and shown.stdout.strip():
+        return True, _scontrol_fields(shown.stdout.splitlines()[0])
+    if shown is not None and "Invalid job id" in shown.stderr:
+        return True, {}
+    if shown is not None:
+        errors.append(_complaint("scontrol", shown.stderr))
+    return False, {}
+
+
 def job_dirs(job_id: str) -> JobRecord:
     """Where a job's LOG_DIRs may be, from Slurm's record: `scontrol show job` (while slurmctld still holds
     the job) gives its WorkDir and the directory of its StdOut, then sacct its WorkDir (newest job of that
     id first)."""
     found: list[Path] = []
     errors: list[str] = []
-    answered = False
-    shown = _ask(errors, "scontrol", "-o", "show", "job", job_id)
-    if shown is not None and shown.returncode == 0 and shown.stdout.strip():
-        answered = True
-        fields = _scontrol_fields(shown.stdout.splitlines()[0])
-        work_dir, stdout = fields.get("WorkDir", ""), fields.get("StdOut", "")
-        found += [Path(work_dir)] if work_dir.startswith("/") else []
-        found += [Path(stdout).parent] if stdout.startswith("/") else []
-    elif shown is not None and "Invalid job id" in shown.stderr:
-        answered = True
-    elif shown is not None:
-        errors.append(_complaint("scontrol", shown.stderr))
+    answered, fields = _show_job(errors, job_id)
+    work_dir, stdout = fields.get("WorkDir", ""), fields.get("StdOut", "")
+    found += [Path(work_dir)] if work_dir.startswith("/") else []
+    found += [Path(stdout).parent] if stdout.startswith("/") else []
     accounted = _ask(errors, "sacct", "-n", "-X", "-P", "-j", job_id, "-o", "WorkDir")
     if accounted is not None and accounted.returncode == 0:
         answered = True
@@ -109,6 +120,65 @@ def job_dirs(job_id: str) -> JobRecord:
     elif accounted is not None:
         errors.append(_complaint("sacct", accounted.stderr))
     return JobRecord(list(dict.fromkeys(found)), answered, errors)
+
+
+@dataclass(frozen=True)
+class BatchScript:
+    """A job's batch script and the directory it was submitted from, as `scontrol show job` has them
+    (Command=, WorkDir=); ``script`` is None when slurmctld no longer knows the job or the job had no script
+    file (sbatch --wrap, a script on stdin); ``errors`` the tools that could not be asked and why."""
+
+    script: Path | None
+    workdir: Path | None
+    errors: list[str]
+
+
+def batch_script(job_id: str) -> BatchScript:
+    errors: list[str] = []
+    _, fields = _show_job(errors, job_id)
+    command, work_dir = fields.get("Command", ""), fields.get("WorkDir", "")
+    return BatchScript(
+        Path(command) if command.startswith("/") else None,
+        Path(work_dir) if work_dir.startswith("/") else None,
+        errors,
+    )
+
+
+class SlurmError(RuntimeError):
+    """A Slurm command that had to succeed did not; the message is the tool's complaint."""
+
+
+def _must(*args: str, cwd: Path | None = None, env: Mapping[str, str] | None = None) -> str:
+    """Run a Slurm tool that has to succeed: its stdout, or SlurmError with its complaint."""
+    errors: list[str] = []
+    done = _ask(errors, *args, cwd=cwd, env=env)
+    if done is None:
+        raise SlurmError(errors[0])
+    if done.returncode != 0:
+        raise SlurmError(_complaint(args[0], done.stderr))
+    return done.stdout
+
+
+def submit(script: Path, cwd: Path, export: Mapping[str, str] | None = None) -> str:
+    """``sbatch --parsable script`` run in ``cwd`` (the job's submit directory); the new job's id.
+
+    ``export`` adds variables to the job's environment on top of all of sbatch's own
+    (--export=ALL,NAME=value). A value with a comma, which --export cannot carry, is put in sbatch's
+    environment and named alone (--export=ALL,NAME), which makes sbatch pass on its value from there."""
+    export = export or {}
+    names = [name if "," in value else f"{name}={value}" for name, value in export.items()]
+    options = [f"--export={','.join(['ALL', *names])}"] if names else []
+    out = _must("sbatch", "--parsable", *options, str(script), cwd=cwd, env={**os.environ, **export})
+    # --parsable prints "jobid" or "jobid;cluster".
+    job_id = (out.strip().splitlines() or [""])[-1].partition(";")[0]
+    if not job_id.isdigit():
+        raise SlurmError(f"sbatch: printed no job id ({out.strip()!r})")
+    return job_id
+
+
+def cancel(job_id: str) -> None:
+    """``scancel JOB``; SlurmError when scancel fails."""
+    _must("scancel", job_id)
 
 
 # How raysub attach and attach.sh reach a node of a running job: a step beside the others, sharing their

@@ -130,6 +130,8 @@ BOUNDS = (
     Bound("--signal-before", "signal_before", 1, "second"),
     Bound("--monitor-interval", "monitor_interval", 0.5, "second"),
     Bound("--gpu-idle-after", "gpu_idle_after", 1, "second"),
+    Bound("--driver-restarts", "driver_restarts", 0),
+    Bound("--restart-backoff", "restart_backoff", 1, "second"),
 )
 
 
@@ -175,6 +177,10 @@ class JobSpec:
     monitor_interval: float = 5.0
     gpu_idle_threshold: float = 5.0
     gpu_idle_after: int = 600
+    driver_restarts: int = 0
+    restart_backoff: int = 30
+    checkpoint_dir: str | None = None
+    checkpoint_marker: str | None = None
 
     @property
     def workers(self) -> int:
@@ -268,6 +274,7 @@ class JobSpec:
         self._check_temp_dir()
         self._check_security()
         self._check_monitor()
+        self._check_restarts()
         if self.sandbox is not None:
             self.sandbox.check()
         return self
@@ -329,6 +336,24 @@ class JobSpec:
             raise SpecError(
                 "--gpu-idle-threshold", f"must be a percentage above 0, not {self.gpu_idle_threshold}"
             )
+
+    def _check_restarts(self) -> None:
+        """Restarts need a driver to restart; the checkpoint options name a place (counts are in BOUNDS)."""
+        if self.driver_restarts and self.interactive:
+            raise SpecError("--driver-restarts", "needs a COMMAND after -- (the driver to restart)")
+        if self.checkpoint_marker is not None and self.checkpoint_dir is None:
+            raise SpecError("--checkpoint-marker", "needs --checkpoint-dir")
+        for option, value in (
+            ("--checkpoint-dir", self.checkpoint_dir),
+            ("--checkpoint-marker", self.checkpoint_marker),
+        ):
+            if value is not None and (not value or _CONTROL.search(value)):
+                raise SpecError(option, f"{value!r} is empty or has a newline or control character")
+
+    @property
+    def resumes(self) -> bool:
+        """The driver is told where to resume (RAYSUB_RESUME_FROM, and {checkpoint} in COMMAND)."""
+        return self.checkpoint_dir is not None
 
     def _check_security(self) -> None:
         modes = get_args(AuthMode)

@@ -31,6 +31,11 @@ GPU_METRICS = (GPU_AVAILABLE, GPU_UTIL, GPU_MEM_USED, GPU_MEM_AVAILABLE)
 NODE_PREFIX = "ray_node_"
 GPU_INDEX = "GpuIndex"
 _GPU_INDEX_LABEL = f'{GPU_INDEX}="'
+# Ray's logical resources, one sample per Name (CPU, GPU, memory, ...) and State (AVAILABLE, USED) on each
+# node's raylet. Only the ones raysub shows are kept.
+RESOURCES = "ray_resources"
+RESOURCE_NAMES = ("CPU", "GPU")
+RESOURCE_STATES = {"AVAILABLE": "available", "USED": "used"}
 
 
 @dataclass(frozen=True)
@@ -53,6 +58,8 @@ class NodeMetrics:
     ram_used_gib: float | None
     ram_total_gib: float | None
     gpus: list[GpuMetrics] = field(default_factory=list)
+    # Ray's logical resources: {"GPU": {"used": 2.0, "available": 6.0}, "CPU": {...}}
+    resources: dict[str, dict[str, float]] = field(default_factory=dict)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> NodeMetrics:
@@ -64,11 +71,16 @@ class NodeMetrics:
             data.get("ram_used_gib"),
             data.get("ram_total_gib"),
             gpus,
+            {name: dict(states) for name, states in data.get("resources", {}).items()},
         )
 
 
 def _wanted(line: str) -> bool:
-    return line.startswith(NODE_METRICS) or (line.startswith(NODE_PREFIX) and _GPU_INDEX_LABEL in line)
+    return (
+        line.startswith(NODE_METRICS)
+        or (line.startswith(NODE_PREFIX) and _GPU_INDEX_LABEL in line)
+        or line.startswith(RESOURCES + "{")
+    )
 
 
 def _wanted_lines(text: str) -> str:
@@ -88,9 +100,15 @@ def parse_node_metrics(text: str) -> NodeMetrics:
     ip: str | None = None
     node: dict[str, float] = {}
     gpus: dict[str, dict[str, Any]] = {}
+    resources: dict[str, dict[str, float]] = {}
     for family in text_string_to_metric_families(_wanted_lines(text)):
         for sample in family.samples:
             labels = sample.labels
+            if sample.name == RESOURCES:
+                name, state = labels.get("Name", ""), RESOURCE_STATES.get(labels.get("State", ""))
+                if name in RESOURCE_NAMES and state:
+                    resources.setdefault(name, {})[state] = sample.value
+                continue
             if GPU_INDEX in labels:  # any per-GPU series names a GPU, whether or not it has our readings
                 gpu = gpus.setdefault(labels[GPU_INDEX], {"name": None})
                 gpu["name"] = gpu["name"] or labels.get("GpuDeviceName")
@@ -122,4 +140,5 @@ def parse_node_metrics(text: str) -> NodeMetrics:
         ram_used_gib=gib(node.get(RAM_USED), GIB),
         ram_total_gib=gib(node.get(RAM_TOTAL), GIB),
         gpus=[gpu_metrics(index, gpus[index]) for index in sorted(gpus, key=_gpu_sort_key)],
+        resources=resources,
     )

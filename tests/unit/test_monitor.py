@@ -36,6 +36,17 @@ def test_a_recorded_cpu_node() -> None:
     assert node.gpus == []
 
 
+def test_ray_logical_resources_of_a_recorded_node() -> None:
+    node = parse_node_metrics(RECORDED.read_text())
+    # ray_resources{Name="CPU",State="AVAILABLE"} 1.0 and State="USED" 0.0; memory and the like are left out
+    assert node.resources == {"CPU": {"used": 0.0, "available": 1.0}}
+    gpus = 'ray_resources{Name="GPU",State="USED",NodeAddress="10.0.0.2"} 6.0\n'
+    gpus += 'ray_resources{Name="GPU",State="AVAILABLE",NodeAddress="10.0.0.2"} 2.0\n'
+    assert parse_node_metrics(gpus).resources == {"GPU": {"used": 6.0, "available": 2.0}}
+    stored = json.loads(snapshot_line({"n": node}, {}, []))["nodes"]["n"]
+    assert NodeMetrics.from_dict(stored).resources == node.resources
+
+
 def test_gpu_units_unknown_readings_and_mig_indices() -> None:
     node = parse_node_metrics(exposition("10.1.0.7", 42.5, 64 * GIB, 2048 * GIB, GPUS))
     assert (node.ip, node.cpu_util_pct, node.ram_used_gib, node.ram_total_gib) == (

@@ -160,7 +160,17 @@ def test_profile_errors_are_one_line(
 
 def test_help_teaches_with_an_example_for_every_command(raysub_cli: RunCli) -> None:
     assert isinstance(cli, click.Group)
-    assert sorted(cli.commands) == ["attach", "logs", "monitor", "render", "report", "status", "validate"]
+    assert sorted(cli.commands) == [
+        "attach",
+        "health",
+        "logs",
+        "monitor",
+        "render",
+        "report",
+        "status",
+        "validate",
+        "watch",
+    ]
     for command in cli.commands:
         result = raysub_cli(command, "--help")
         assert result.code == 0

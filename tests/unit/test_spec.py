@@ -132,6 +132,8 @@ BELOW_MINIMUM = {
     "--signal-before": (0, "must be at least 1 second, not 0"),
     "--monitor-interval": (-0.5, "must be at least 0.5 seconds, not -0.5"),
     "--gpu-idle-after": (0, "must be at least 1 second, not 0"),
+    "--driver-restarts": (-1, "must be 0 or more, not -1"),
+    "--restart-backoff": (0, "must be at least 1 second, not 0"),
 }
 
 

@@ -1,0 +1,111 @@
+"""Which network NCCL moves data over between nodes, from its ``NCCL_DEBUG=INFO`` lines.
+
+The decision, on the lines :mod:`raysub.health.text` cleans:
+
+1. NCCL's own choice, the latest ``NCCL INFO Using network X`` line; without one, the network of the
+   latest channel that crosses nodes, ``Channel 00/0 : 0[0] -> 1[0] [send] via NET/X/0``.
+2. X names the transport: ``IB`` (and the SHARP plugin's ``IBext``...) is "IB", or "RoCE" when the IB
+   devices NCCL lists (``NET/IB : Using [0]mlx5_0:1/RoCE ...``) are all RoCE ports; ``Socket`` is
+   "Socket"; ``AWS Libfabric``, ``Libfabric`` and ``OFI`` (the aws-ofi-nccl plugin) are "EFA" when the
+   plugin's ``NET/OFI Selected provider is efa`` line (any case, with or without ``, fabric is ...`` and
+   ``(found N nics)``) says so, "Socket" for its tcp provider, and unclassified for any other provider
+   (HPE Slingshot's cxi) or none named.
+3. Without either kind of line, the provider line alone: efa means "EFA".
+
+``NET/Socket : Using [0]ib0:...`` only lists the interfaces NCCL could fall back to; it appears on
+healthy IB runs and decides nothing.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+
+from raysub.health.text import lines
+
+IB, ROCE, EFA, SOCKET = "IB", "RoCE", "EFA", "Socket"
+FAST = (IB, ROCE, EFA)
+
+_USING = re.compile(r"NCCL INFO Using network (?P<name>\S.*)")  # cleaned lines end without blanks
+_CHANNEL = "NCCL INFO Channel "
+_VIA_NET = re.compile(r" via NET/(?P<name>[^/]+)/\d")
+_IB_DEVICES = re.compile(r"NET/IB\w* ?:")
+_PORT = re.compile(r":\d+/(?P<kind>IB|RoCE)\b")
+_PROVIDER = re.compile(r"NET/OFI Selected provider is (?P<provider>[\w;.-]+)", re.IGNORECASE)
+_TCP_PROVIDERS = ("tcp", "sockets", "udp")
+
+
+class _Seen:
+    """What a log's NCCL lines said, the latest of each kind."""
+
+    def __init__(self, messages: Iterable[str]) -> None:
+        self.using: str | None = None
+        self.channel: str | None = None
+        self.provider: str | None = None
+        self.ports: set[str] = set()
+        for message in messages:
+            self._read(message)
+
+    def _read(self, message: str) -> None:
+        if "NCCL" not in message and "NET/" not in message:
+            return
+        if match := _USING.search(message):
+            self.using = match["name"]
+        elif _CHANNEL in message and (match := _VIA_NET.search(message)):
+            self.channel = match["name"].strip()
+        elif match := _PROVIDER.search(message):
+            self.provider = match["provider"].lower().split(";")[0]
+        elif _IB_DEVICES.search(message):
+            self.ports |= {port["kind"] for port in _PORT.finditer(message)}
+
+    def libfabric(self) -> str | None:
+        if self.provider == "efa":
+            return EFA
+        return SOCKET if self.provider in _TCP_PROVIDERS else None
+
+    def transport(self) -> str | None:
+        name = self.using or self.channel
+        if name is None:
+            return EFA if self.provider == "efa" else None
+        if name.startswith("IB"):
+            return ROCE if self.ports == {"RoCE"} else IB
+        if name == "Socket":
+            return SOCKET
+        if "Libfabric" in name or "OFI" in name:
+            return self.libfabric()
+        return None
+
+
+def nccl_transport(text: str) -> str | None:
+    """ "IB", "RoCE", "EFA" or "Socket" as NCCL's lines in ``text`` show it, or None when they show no
+    network (no NCCL lines, or a network this module does not classify)."""
+    return _Seen(line.message for line in lines(text)).transport()
+
+
+def transports_by_node(texts: Mapping[str, str]) -> dict[str, str | None]:
+    """Each node's transport, from its log text."""
+    return {node: nccl_transport(text) for node, text in texts.items()}
+
+
+def _names(nodes: Iterable[str]) -> str:
+    return ", ".join(sorted(nodes))
+
+
+def transport_findings(by_node: Mapping[str, str | None], multi_node_gpu_job: bool) -> list[str]:
+    """Warnings about ``by_node`` (node → transport, None where unknown): some nodes on sockets while
+    others use IB, RoCE or EFA; every node on sockets in a job with GPUs on several nodes."""
+    sockets = [node for node, transport in by_node.items() if transport == SOCKET]
+    fast = {node: transport for node, transport in by_node.items() if transport in FAST}
+    if sockets and fast:
+        kinds = "/".join(sorted(set(fast.values())))
+        return [
+            f"NCCL fell back to sockets (TCP) on {_names(sockets)} while {_names(fast)} use {kinds}: "
+            "collectives run at the slowest node's speed; check the IB/EFA devices and NCCL_* settings there"
+        ]
+    if sockets and multi_node_gpu_job:
+        return [
+            f"NCCL uses sockets (TCP) between nodes on {_names(sockets)} and IB, RoCE or EFA nowhere: a "
+            "multi-node GPU job at TCP speed; check that the job sees the RDMA devices (NCCL_IB_HCA, "
+            "the container's devices, the EFA plugin)"
+        ]
+    return []

@@ -1,0 +1,84 @@
+"""Log lines as a terminal shows them, with where each came from set apart from what it says.
+
+Every parser of ``raysub.health`` reads text through :func:`lines`, which undoes what sits between a
+program's output and the log file:
+
+- ANSI escape sequences (colours, tqdm's cursor moves);
+- carriage-return debris: tqdm rewrites its bar with ``\\r`` and never ends the line, so a line is the
+  last non-blank ``\\r`` segment;
+- prefixes added on the way: Ray's ``(pid=123)``, ``(TaskRunner pid=123)``, ``(RayTrainWorker pid=1,
+  ip=10.0.0.2)`` and ``(raylet)``; torchrun's ``[rank0]:`` and ``[default0]:``; ``srun --label``'s
+  ``0:``; mpirun's ``[1,0]<stdout>:``; several may stand in front of one another;
+- Ray's ``[repeated 3x across cluster]`` note at the end of a deduplicated line.
+
+The standard library only: ``raysub --help`` must stay light.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+# CSI sequences (colours, cursor moves), OSC sequences (titles, links) and two-character escapes.
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
+# One prefix at the start of a line. Ray writes one space after its prefix; torchrun and mpirun none;
+# srun --label pads the task number on the left and writes one space after the colon.
+_PREFIX = re.compile(
+    r"\((?:[^()\n]*\s)?pid=\d+(?:,[^()\n]*)?\) ?"  # Ray: (pid=1), (Name pid=1), (Name pid=1, ip=...)
+    r"|\((?:raylet|gcs_server|autoscaler|monitor|dashboard\w*|log_monitor|runtime_env\w*)\b[^()\n]*\) ?"
+    r"|\[(?:rank|default)\d+\]:"  # torchrun
+    r"|\[\d+,\d+\]<std(?:out|err)>:"  # mpirun
+    r"| *\d+: "  # srun --label
+)
+_REPEATED = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
+
+
+@dataclass(frozen=True)
+class Line:
+    """One line of a log.
+
+    ``number`` counts from 1; ``shown`` is the line as a terminal shows it (no escapes, only the last
+    carriage-return segment, prefixes kept); ``source`` is the prefixes, the process that wrote it
+    ("" when none); ``message`` is what that process wrote, its leading whitespace kept (tracebacks
+    need it).
+    """
+
+    number: int
+    shown: str
+    source: str
+    message: str
+
+
+def strip_prefixes(text: str) -> tuple[str, str]:
+    """``text`` without the prefixes at its start, and those prefixes."""
+    source = ""
+    while match := _PREFIX.match(text):
+        if not match.group():
+            break
+        source += match.group()
+        text = text[match.end() :]
+    return text, source
+
+
+def last_segment(text: str) -> str:
+    """The last carriage-return segment of ``text`` that is not blank ("" when all are)."""
+    for segment in reversed(text.split("\r")):
+        if segment.strip():
+            return segment
+    return ""
+
+
+def clean(number: int, raw: str) -> Line:
+    """``raw`` (one line of a log, without its newline) as a :class:`Line`."""
+    text = _ANSI.sub("", raw)
+    message, outer = strip_prefixes(text)
+    message, inner = strip_prefixes(last_segment(message))
+    message = _REPEATED.sub("", message).rstrip()
+    return Line(number, outer + inner + message, (outer + inner).strip(), message)
+
+
+def lines(text: str) -> Iterator[Line]:
+    """The lines of ``text``, cleaned."""
+    for number, raw in enumerate(text.split("\n"), start=1):
+        yield clean(number, raw)

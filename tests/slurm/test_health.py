@@ -1,0 +1,181 @@
+"""Training health on the real minicluster: a failed driver restarted in its allocation from the latest
+checkpoint, raysub health on a running job (healthy, with its step) and on a hung one (stalled), and
+raysub watch resubmitting a job whose node died and restarting a stalled one."""
+
+import json
+import subprocess
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from raysub import protocol
+from raysub.render import CHECKPOINT_PLACEHOLDER
+from tests.support.minicluster import MiniCluster
+from tests.support.raysub_jobs import assert_clean, job_report, run_job, submit, wait_for
+
+pytestmark = pytest.mark.slurm
+
+NO_GPUS = ["--gpus-per-node", "0"]
+
+# First run: saves step_5 (complete: it holds DONE) and a newer step_9 still being written, then fails.
+# Second run: must be told step_5, both in RAYSUB_RESUME_FROM and in place of {checkpoint}.
+RESUMING_DRIVER = textwrap.dedent(
+    """
+    import os, pathlib, sys
+    checkpoints, argument = pathlib.Path(sys.argv[1]), sys.argv[2]
+    resume = os.environ.get("RAYSUB_RESUME_FROM", "")
+    print("resume", repr(resume), "argument", repr(argument), flush=True)
+    if not resume:
+        (checkpoints / "step_5").mkdir(parents=True)
+        (checkpoints / "step_5" / "DONE").write_text("")
+        (checkpoints / "step_9").mkdir()
+        sys.exit(1)
+    assert argument == resume, (argument, resume)
+    print("resumed from", resume)
+    """
+)
+
+
+def test_a_failed_driver_is_restarted_in_the_allocation_from_the_latest_checkpoint(
+    minicluster: MiniCluster, slurm_tmp: Path
+) -> None:
+    checkpoints = slurm_tmp / "ckpt"
+    driver = slurm_tmp / "driver.py"
+    driver.write_text(RESUMING_DRIVER)
+    result, logs = run_job(
+        minicluster,
+        slurm_tmp,
+        ["--nodes", "2", *NO_GPUS, "--driver-restarts", "2", "--restart-backoff", "1",
+         "--checkpoint-dir", str(checkpoints), "--checkpoint-marker", "DONE",
+         "--", "python", str(driver), str(checkpoints), CHECKPOINT_PLACEHOLDER],
+    )  # fmt: skip
+    assert (result.state, result.exit_code) == ("COMPLETED", 0), job_report(
+        minicluster, slurm_tmp, result.job_id
+    )
+    step_5 = checkpoints / "step_5"
+    assert logs.driver_log.read_text() == "resume '' argument ''\n"
+    assert f"resumed from {step_5}\n" in logs.file(protocol.driver_log_name(1)).read_text()
+    restarts = [e.detail for e in logs.timeline() if e.phase == protocol.PHASE_DRIVER_RESTART]
+    assert restarts == [f"run 1 after exit status 1, resuming from {step_5}"]
+    assert minicluster.steps(result.job_id) == 2, "a restart in the allocation starts no new step"
+    assert_clean(minicluster, result.job_id)
+
+
+# verl's step line every second, ten of them; then, the first time only, it hangs.
+HANGING_DRIVER = textwrap.dedent(
+    """
+    import pathlib, sys, time
+    for step in range(1, 11):
+        print(f"step:{step} - actor/loss:{1 / step:.3f} - timing_s/step:1.0", flush=True)
+        time.sleep(1)
+    hung_once = pathlib.Path(sys.argv[1])
+    if not hung_once.exists():
+        hung_once.touch()
+        time.sleep(3600)
+    """
+)
+
+
+def health(cluster: MiniCluster, logs: protocol.LogDir, *options: str) -> tuple[int, dict[str, object]]:
+    done = cluster.run("raysub", "health", "--json", str(logs.path), *options, check=False)
+    report: dict[str, object] = json.loads(done.stdout)
+    return done.returncode, report
+
+
+def test_health_says_healthy_with_the_step_then_stalled_and_watch_restarts_it(
+    minicluster: MiniCluster, slurm_tmp: Path
+) -> None:
+    driver = slurm_tmp / "driver.py"
+    driver.write_text(HANGING_DRIVER)
+    hung_once = slurm_tmp / "hung_once"
+    job_id, logs = submit(
+        minicluster, slurm_tmp, ["--nodes", "2", *NO_GPUS, "--", "python", str(driver), str(hung_once)]
+    )
+    deadline = time.monotonic() + 120
+    while "step:3 " not in (logs.driver_log.read_text() if logs.driver_log.exists() else ""):
+        assert time.monotonic() < deadline, job_report(minicluster, slurm_tmp, job_id)
+        time.sleep(0.5)
+    code, report = health(minicluster, logs)
+    assert (code, report["healthy"], report["state"]) == (0, True, "RUNNING"), report
+    assert isinstance(report["step"], int) and report["step"] >= 3, report
+
+    wait_for(hung_once)
+    deadline = time.monotonic() + 60
+    while True:
+        code, report = health(minicluster, logs, "--stall-after", "4")
+        if code == 1:
+            break
+        assert time.monotonic() < deadline, report
+        time.sleep(1)
+    findings = report["findings"]
+    assert isinstance(findings, list) and [f["kind"] for f in findings] == ["stall"], report
+    assert report["step"] == 10
+
+    watch = minicluster.run(
+        "raysub", "watch", str(job_id), "--log-dir", str(slurm_tmp), "--max-restarts", "1",
+        "--stall-after", "4", "--backoff", "1", "--backoff-max", "2", "--interval", "2", check=False,
+    )  # fmt: skip
+    assert watch.returncode == 0, watch.stdout + watch.stderr
+    assert minicluster.job(job_id).state == "CANCELLED"
+    assert_clean(minicluster, job_id)
+
+
+# First job: saves step_3 (NeMo-RL's layout: complete once training_info.json is in it), says so, and
+# trains on; the test then kills a worker's Ray. Second job: told step_3, it finishes.
+LOSING_DRIVER = textwrap.dedent(
+    """
+    import os, pathlib, sys, time
+    checkpoints, running = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+    resume = os.environ.get("RAYSUB_RESUME_FROM")
+    if resume:
+        print("resumed from", resume)
+        sys.exit(0)
+    (checkpoints / "step_3").mkdir(parents=True)
+    (checkpoints / "step_3" / "training_info.json").write_text("{}")
+    running.touch()
+    time.sleep(3600)
+    """
+)
+
+
+def test_watch_resubmits_a_job_that_lost_a_node_and_it_resumes(
+    minicluster: MiniCluster, slurm_tmp: Path
+) -> None:
+    checkpoints, running = slurm_tmp / "ckpt", slurm_tmp / "running"
+    driver = slurm_tmp / "driver.py"
+    driver.write_text(LOSING_DRIVER)
+    script = slurm_tmp / "job.sub"
+    render = [
+        "--nodes",
+        "3",
+        *NO_GPUS,
+        "--time=5",
+        "--",
+        "python",
+        str(driver),
+        str(checkpoints),
+        str(running),
+    ]
+    script.write_text(minicluster.run("raysub", "render", *render).stdout)
+    watch = subprocess.Popen(
+        ["raysub", "watch", str(script), "--checkpoint-dir", str(checkpoints), "--max-restarts", "2",
+         "--backoff", "1", "--backoff-max", "2", "--interval", "2"],
+        cwd=slurm_tmp, env=minicluster.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        wait_for(running)
+        raylets = [pid for pid, cmd in minicluster.processes("node3").items() if "/raylet/raylet " in cmd]
+        assert len(raylets) == 1, minicluster.processes("node3")
+        minicluster.run("kill", "-KILL", str(raylets[0]))
+        output, _ = watch.communicate(timeout=240)
+    finally:
+        watch.kill()
+    assert watch.returncode == 0, output
+    state = json.loads((slurm_tmp / "job.sub.watch.json").read_text())
+    first, second = (entry["job_id"] for entry in state["history"])
+    assert minicluster.job(int(first)).state == "FAILED"
+    logs = protocol.LogDir.of(slurm_tmp, second)
+    assert logs.driver_log.read_text() == f"resumed from {checkpoints / 'step_3'}\n", output
+    assert_clean(minicluster, int(second))

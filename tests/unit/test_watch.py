@@ -1,0 +1,823 @@
+"""raysub watch: the backoff, each decision, and whole runs over a fake clock and fake Slurm calls (no
+sbatch, scancel or squeue runs, but for the argv tests of raysub.slurm against stand-ins on PATH)."""
+
+import json
+import os
+import random
+import sys
+import time
+import types
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from raysub import protocol, slurm
+from raysub import watch as watching
+from raysub.jobs import Job
+from raysub.slurm import BatchScript, SlurmState
+from raysub.watch import (
+    LOST,
+    STALLED,
+    Action,
+    Attempt,
+    Backoff,
+    Do,
+    Next,
+    Rules,
+    Settings,
+    Target,
+    WatchError,
+    WatchFiles,
+    WatchState,
+    decide,
+)
+from tests.conftest import RunCli
+from tests.unit.test_job_watch import FakeClock
+
+START = 1_800_000_000.0
+INTERVAL = 60.0
+
+
+class Edge(random.Random):
+    """A random source whose uniform() always gives the lower (or the upper) end."""
+
+    def __init__(self, upper: bool = False) -> None:
+        super().__init__(0)
+        self.upper = upper
+
+    def uniform(self, a: float, b: float) -> float:
+        return b if self.upper else a
+
+
+# What Slurm says of each job, poll after poll (the last answer stays); for the first job, the second...
+Plan = list[SlurmState]
+
+
+class FakeSlurm:
+    """raysub.slurm's submit, cancel and job_state, over a plan of answers for each job submitted."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, clock: FakeClock, plans: list[Plan]) -> None:
+        self.clock = clock
+        self.plans = list(plans)
+        self.answers: dict[str, Plan] = {}
+        self.submitted: list[tuple[Path, Path, dict[str, str]]] = []
+        self.cancelled: list[str] = []
+        self.asked: list[tuple[str, float]] = []
+        self.calls: list[str] = []
+        self.on_submit: Callable[[str], None] = lambda job_id: None
+        monkeypatch.setattr(slurm, "submit", self.submit)
+        monkeypatch.setattr(slurm, "cancel", self.cancel)
+        monkeypatch.setattr(slurm, "job_state", self.job_state)
+
+    def submit(self, script: Path, cwd: Path, export: dict[str, str] | None = None) -> str:
+        job_id = str(100 + len(self.submitted))
+        self.submitted.append((script, cwd, dict(export or {})))
+        self.calls.append(f"sbatch {job_id}")
+        self.answers[job_id] = list(self.plans.pop(0))
+        self.on_submit(job_id)
+        return job_id
+
+    def cancel(self, job_id: str) -> None:
+        self.calls.append(f"scancel {job_id}")
+        self.cancelled.append(job_id)
+        self.answers[job_id] = [SlurmState("CANCELLED", 0)]
+
+    def job_state(self, job_id: str) -> SlurmState:
+        self.asked.append((job_id, self.clock.now))
+        answers = self.answers.setdefault(job_id, [SlurmState(None)])
+        return answers.pop(0) if len(answers) > 1 else answers[0]
+
+
+RUNNING = SlurmState("RUNNING")
+COMPLETED = SlurmState("COMPLETED", 0)
+
+
+def ended(state: str, code: int = 1) -> SlurmState:
+    return SlurmState(state, code)
+
+
+def fake_clock() -> FakeClock:
+    clock = FakeClock()
+    clock.now = START
+    return clock
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return fake_clock()
+
+
+@pytest.fixture
+def script(tmp_path: Path) -> Path:
+    path = tmp_path / "job.sub"
+    path.write_text("#!/bin/bash\n")
+    return path
+
+
+def watch(
+    script: Path,
+    clock: FakeClock,
+    rules: Rules | None = None,
+    job_id: str | None = None,
+    latest: Callable[[], Path | None] = watching.no_checkpoint,
+    stalled: Callable[[Job], bool] = watching.never_stalled,
+    lines: list[str] | None = None,
+) -> WatchState:
+    """A whole run of ``script`` (its files beside it) with a backoff of 10 s doubling up to 100 s, at its
+    lower end."""
+    return watching.run(
+        Target(script, script.parent, job_id), None, settings(clock, rules, latest, stalled, lines)
+    )
+
+
+def settings(
+    clock: FakeClock,
+    rules: Rules | None = None,
+    latest: Callable[[], Path | None] = watching.no_checkpoint,
+    stalled: Callable[[Job], bool] = watching.never_stalled,
+    lines: list[str] | None = None,
+) -> Settings:
+    return Settings(
+        rules or Rules(),
+        Backoff(10, 100, Edge()),
+        INTERVAL,
+        latest,
+        stalled,
+        clock.monotonic,
+        clock.sleep,
+        (lines if lines is not None else []).append,
+    )
+
+
+def files_of(script: Path) -> WatchFiles:
+    return WatchFiles.beside(script.parent, script)
+
+
+# ---- Backoff
+
+
+def test_backoff_doubles_from_base_up_to_the_maximum_with_half_of_each_delay_random() -> None:
+    lowest = Backoff(10, 1000, Edge(upper=False))
+    highest = Backoff(10, 1000, Edge(upper=True))
+    assert [lowest.delay(n) for n in range(8)] == [10, 20, 40, 80, 160, 320, 500, 500]
+    assert [highest.delay(n) for n in range(8)] == [20, 40, 80, 160, 320, 640, 1000, 1000]
+    assert highest.delay(10_000) == 1000  # no overflow after many restarts
+
+
+def test_backoff_delays_are_random_inside_their_bounds() -> None:
+    backoff = Backoff(5, 300, random.Random(1))  # noqa: S311
+    for attempt in range(12):
+        delays = {backoff.delay(attempt) for _ in range(200)}
+        ceiling = min(300, 5 * 2 ** (attempt + 1))
+        assert all(max(5, ceiling / 2) <= d <= ceiling for d in delays)
+        assert len(delays) > 100  # jitter: watchers that fail together do not resubmit together
+    assert all(5 <= backoff.delay(n) <= 300 for n in range(100))
+
+
+def test_backoff_bounds() -> None:
+    assert Backoff(0, 0, Edge(upper=True)).delay(3) == 0
+    assert Backoff(10, 15, Edge()).delay(0) == 10  # never below the base, even when MAX < 2 * BASE
+    assert Backoff(10, 15, Edge(upper=True)).delay(0) == 15
+    with pytest.raises(ValueError, match="maximum"):
+        Backoff(10, 5)
+    with pytest.raises(ValueError, match="maximum"):
+        Backoff(-1, 5)
+
+
+# ---- decide
+
+
+def watched(restarts: int = 0, previous_quick: bool | None = None) -> WatchState:
+    state = WatchState("/w/job.sub", "/w", job_id="7", restarts=restarts, next_action=Next.POLL)
+    if previous_quick is not None:
+        state.history.append(Attempt("6", outcome="FAILED", quick=previous_quick))
+    state.history.append(Attempt("7"))
+    return state
+
+
+@pytest.mark.parametrize("state", ["PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED"])
+def test_a_job_that_is_on_is_waited_for(state: str) -> None:
+    action = decide(watched(), state, None, None, START)
+    assert (action.do, action.outcome, action.cancel) == (Do.WAIT, None, False)
+    assert state in action.reason
+
+
+def test_success_stops_the_run() -> None:
+    action = decide(watched(), "COMPLETED", 0, START - 3600, START)
+    assert action == Action(Do.STOP, "job 7 completed", outcome="COMPLETED", succeeded=True)
+
+
+@pytest.mark.parametrize(
+    "state", ["FAILED", "TIMEOUT", "PREEMPTED", "NODE_FAIL", "BOOT_FAIL", "OUT_OF_MEMORY"]
+)
+def test_failures_time_limits_preemption_and_node_failures_restart(state: str) -> None:
+    action = decide(watched(restarts=2), state, 1, START - 3600, START, rules=Rules(max_restarts=5))
+    assert (action.do, action.outcome, action.succeeded) == (Do.RESTART, state, False)
+    assert action.reason.endswith("restart 3 of 5")
+
+
+def test_a_completed_job_with_a_failed_driver_is_a_failure() -> None:
+    action = decide(watched(), "COMPLETED", 3, None, START)
+    assert (action.do, action.outcome, action.succeeded) == (Do.RESTART, "COMPLETED", False)
+
+
+@pytest.mark.parametrize("state", ["CANCELLED", "DEADLINE"])
+def test_a_job_cancelled_outside_watch_is_not_fought(state: str) -> None:
+    action = decide(watched(), state, 0, None, START)
+    assert (action.do, action.outcome, action.succeeded) == (Do.STOP, state, False)
+    assert "does not restart" in action.reason
+
+
+def test_a_stalled_job_is_cancelled_then_restarted() -> None:
+    action = decide(watched(), "RUNNING", None, START - 600, START, stalled=True)
+    assert (action.do, action.cancel, action.outcome) == (Do.RESTART, True, STALLED)
+
+
+def test_max_restarts_stops_every_kind_of_restart() -> None:
+    rules = Rules(max_restarts=3)
+    for state, stalled in [("FAILED", False), ("TIMEOUT", False), ("PREEMPTED", False), ("RUNNING", True)]:
+        action = decide(watched(restarts=3), state, 1, None, START, rules=rules, stalled=stalled)
+        assert (action.do, action.cancel) == (Do.STOP, stalled), state
+        assert "no restarts left (--max-restarts 3)" in action.reason
+    assert decide(watched(restarts=2), "FAILED", 1, None, START, rules=rules).do is Do.RESTART
+
+
+def test_no_retry_exit_codes_stop() -> None:
+    rules = Rules(no_retry_exit_codes=frozenset({2, 77}))
+    stop = decide(watched(), "FAILED", 77, None, START, rules=rules)
+    assert (stop.do, stop.outcome) == (Do.STOP, "FAILED")
+    assert "exit code 77, which --no-retry-exit-codes lists" in stop.reason
+    assert decide(watched(), "FAILED", 1, None, START, rules=rules).do is Do.RESTART
+    assert decide(watched(), "FAILED", 77, None, START).do is Do.RESTART  # the default: none
+
+
+def test_two_quick_driver_failures_in_a_row_stop() -> None:
+    quick = decide(watched(previous_quick=False), "FAILED", 1, START - 30, START)
+    assert (quick.do, quick.quick) == (Do.RESTART, True)
+    second = decide(watched(previous_quick=True), "FAILED", 1, START - 30, START)
+    assert (second.do, second.quick) == (Do.STOP, True)
+    assert "within 60 s of its driver's start, as did the job before" in second.reason
+    slow = decide(watched(previous_quick=True), "FAILED", 1, START - 61, START)
+    assert (slow.do, slow.quick) == (Do.RESTART, False)
+    # The driver's own end counts, not when watch noticed; a driver that never started is no quick failure.
+    noticed_late = decide(watched(previous_quick=True), "FAILED", 1, START - 300, START, ended=START - 290)
+    assert noticed_late.do is Do.STOP
+    assert decide(watched(previous_quick=True), "FAILED", 1, None, START).do is Do.RESTART
+    # A time limit or a preemption soon after the start is not the driver's fault.
+    assert decide(watched(previous_quick=True), "PREEMPTED", 1, START - 30, START).do is Do.RESTART
+
+
+def test_a_job_slurm_forgets_is_waited_for_then_given_up() -> None:
+    state = watched()
+    assert decide(state, None, None, None, START).do is Do.WAIT
+    state.unknown_since = START - 599
+    assert decide(state, None, None, None, START).do is Do.WAIT
+    state.unknown_since = START - 600
+    lost = decide(state, None, None, None, START)
+    assert (lost.do, lost.outcome) == (Do.STOP, LOST)
+    assert "run raysub watch again" in lost.reason
+
+
+# ---- whole runs
+
+
+def test_a_run_that_succeeds_submits_once_and_asks_slurm_once_per_interval(
+    script: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = FakeSlurm(monkeypatch, clock, [[SlurmState("PENDING"), RUNNING, RUNNING, COMPLETED]])
+    lines: list[str] = []
+    final = watch(script, clock, lines=lines)
+    assert final.succeeded and final.stopped == "job 100 completed"
+    assert (final.job_id, final.restarts, final.next_action) == (None, 0, Next.NONE)
+    assert fake.submitted == [(script, script.parent, {})]
+    times = [t for _, t in fake.asked]
+    assert times == [START + INTERVAL * k for k in range(1, 5)]
+    assert [h.outcome for h in final.history] == ["COMPLETED"]
+    # Each change is logged once, with its time; the same lines are in the log file.
+    assert [line.split(" ", 1)[1] for line in lines] == [
+        f"a new run of {script}, submitted from {script.parent}",
+        f"submitted {script} as job 100",
+        "job 100 is PENDING",
+        "job 100 is RUNNING",
+        "job 100 completed",
+        "the run succeeded",
+    ]
+    assert lines[0].startswith(watching.stamp(START))
+    assert files_of(script).log.read_text() == "".join(f"{line}\n" for line in lines)
+
+
+@pytest.mark.parametrize("state", ["FAILED", "TIMEOUT", "PREEMPTED", "NODE_FAIL"])
+def test_a_failed_job_is_resubmitted_after_the_backoff_with_the_latest_checkpoint(
+    script: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch, state: str
+) -> None:
+    fake = FakeSlurm(monkeypatch, clock, [[RUNNING, RUNNING, ended(state)], [COMPLETED]])
+    checkpoint = script.parent / "ckpt" / "step-300"
+    final = watch(script, clock, latest=lambda: checkpoint)
+    assert final.succeeded
+    assert [export for _, _, export in fake.submitted] == [{}, {protocol.RESUME_FROM: str(checkpoint)}]
+    assert [(h.job_id, h.outcome, h.resume_from) for h in final.history] == [
+        ("100", state, None),
+        ("101", "COMPLETED", str(checkpoint)),
+    ]
+    assert final.restarts == 1
+    assert clock.sleeps == [INTERVAL, INTERVAL, INTERVAL, 10, INTERVAL]  # 10: the first restart's backoff
+
+
+def test_without_a_checkpoint_the_restart_exports_nothing(
+    script: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = FakeSlurm(monkeypatch, clock, [[ended("TIMEOUT")], [COMPLETED]])
+    lines: list[str] = []
+    assert watch(script, clock, lines=lines).succeeded
+    assert [export for _, _, export in fake.submitted] == [{}, {}]
+    assert any("no checkpoint yet" in line for line in lines)
+
+
+def test_a_checkpoint_finder_that_fails_does_not_end_the_run(
+    script: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken() -> Path | None:
+        raise OSError("stale file handle")
+
+    fake = FakeSlurm(monkeypatch, clock, [[ended("TIMEOUT")], [COMPLETED]])
+    lines: list[str] = []
+    assert watch(script, clock, latest=broken, lines=lines).succeeded
+    assert fake.submitted[1][2] == {}
+    assert any("stale file handle" in line for line in lines)
+
+
+def test_max_restarts_is_respected(script: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch) -> None:
+    failing = [RUNNING, RUNNING, RUNNING, ended("FAILED")]
+    fake = FakeSlurm(monkeypatch, clock, [failing] * 5)
+    final = watch(script, clock, Rules(max_restarts=2))
+    assert not final.succeeded
+    assert len(fake.submitted) == 3 and final.restarts == 2
+    assert "no restarts left (--max-restarts 2)" in (final.stopped or "")
+    assert [s for s in clock.sleeps if s != INTERVAL] == [10, 20]  # the backoff doubles
+    assert [h.outcome for h in final.history] == ["FAILED"] * 3
+
+
+def test_a_stalled_job_is_cancelled_then_resubmitted(
+    script: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = FakeSlurm(monkeypatch, clock, [[RUNNING], [COMPLETED]])
+    (script.parent / "100-logs").mkdir()  # the stall check reads the job's LOG_DIR
+    checked: list[str] = []
+
+    def stalled(job: Job) -> bool:
+        checked.append(job.job_id)
+        return job.job_id == "100" and len(checked) >= 2
+
+    final = watch(script, clock, stalled=stalled)
+    assert final.succeeded
+    assert fake.calls == ["sbatch 100", "scancel 100", "sbatch 101"]
+    assert [h.outcome for h in final.history] == [STALLED, "COMPLETED"]
+    assert checked == ["100", "100"]  # asked only of a RUNNING job whose LOG_DIR is there
+
+
+def test_a_failed_cancel_asks_slurm_again_rather_than_submit_a_second_job(
+    script: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = FakeSlurm(monkeypatch, clock, [[RUNNING, RUNNING, ended("TIMEOUT")], [COMPLETED]])
+    (script.parent / "100-logs").mkdir()
+
+    def cancel(job_id: str) -> None:
+        raise slurm.SlurmError("scancel: Unable to contact slurm controller")
+
+    monkeypatch.setattr(slurm, "cancel", cancel)
+    lines: list[str] = []
+    final = watch(script, clock, stalled=lambda job: True, lines=lines)
+    # Job 100 stays, stalled, until it ends by itself: only then is the script submitted again.
+    assert sum("could not cancel job 100" in line for line in lines) == 2
+    assert [h.outcome for h in final.history] == ["TIMEOUT", "COMPLETED"]
+    assert fake.calls == ["sbatch 100", "sbatch 101"] and final.succeeded
+
+
+def test_no_retry_exit_codes_end_the_run(
+    script: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = FakeSlurm(monkeypatch, clock, [[RUNNING, RUNNING, ended("FAILED", 2)]])
+    final = watch(script, clock, Rules(no_retry_exit_codes=frozenset({2})))
+    assert not final.succeeded and len(fake.submitted) == 1
+    assert final.history[0].exit_code == 2
+
+
+def driver_runs(base: Path, job_id: str, start: float, seconds: float, code: int) -> None:
+    """The job's LOG_DIR as the batch script leaves it: the driver's start and end, and its exit code."""
+    logs = protocol.LogDir.of(base, job_id)
+    logs.path.mkdir()
+    events = [(start, protocol.PHASE_DRIVER_START), (start + seconds, protocol.PHASE_DRIVER_END)]
+    text = "".join(protocol.TimelineEvent(t, phase, "node1", "").line() for t, phase in events)
+    logs.file(protocol.TIMELINE).write_text(text)
+    logs.write_driver_exit_code(code)
+
+
+def test_two_quick_failures_in_a_row_end_the_run(
+    script: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The job's exit code says 1; its driver's (from LOG_DIR) says 3, and counts.
+    fake = FakeSlurm(monkeypatch, clock, [[RUNNING, ended("FAILED", 1)]] * 3)
+    fake.on_submit = lambda job_id: driver_runs(script.parent, job_id, clock.now + 20, 15, 3)
+    final = watch(script, clock)
+    assert len(fake.submitted) == 2
+    assert [(h.quick, h.exit_code) for h in final.history] == [(True, 3), (True, 3)]
+    assert "as did the job before: it will fail again" in (final.stopped or "")
+
+
+def test_a_quick_failure_after_a_long_run_is_restarted(
+    script: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = FakeSlurm(monkeypatch, clock, [[RUNNING, ended("FAILED")]] * 3 + [[COMPLETED]])
+    seconds = iter([15, 3600, 15])
+    fake.on_submit = lambda job_id: (
+        driver_runs(script.parent, job_id, clock.now + 1, next(seconds), 1) if job_id != "103" else None
+    )
+    final = watch(script, clock)
+    assert final.succeeded and len(fake.submitted) == 4
+    assert [h.quick for h in final.history] == [True, False, True, False]
+
+
+def test_a_failed_resubmission_counts_as_a_restart_and_is_tried_again(
+    script: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = FakeSlurm(monkeypatch, clock, [[ended("NODE_FAIL")], [COMPLETED]])
+    real_submit = fake.submit
+    refusals = iter([slurm.SlurmError("sbatch: error: Slurm temporarily unable to accept job")])
+
+    def flaky(script: Path, cwd: Path, export: dict[str, str] | None = None) -> str:
+        if len(fake.submitted) == 1 and (refusal := next(refusals, None)) is not None:
+            raise refusal
+        return real_submit(script, cwd, export)
+
+    monkeypatch.setattr(slurm, "submit", flaky)
+    lines: list[str] = []
+    final = watch(script, clock, lines=lines)
+    assert final.succeeded and final.restarts == 2
+    assert any("restart 1: sbatch: error: Slurm temporarily unable" in line for line in lines)
+    assert [s for s in clock.sleeps if s != INTERVAL] == [10, 20]
+
+
+def test_a_first_submission_that_fails_is_an_error(
+    script: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refuse(script: Path, cwd: Path, export: dict[str, str] | None = None) -> str:
+        raise slurm.SlurmError("sbatch: error: invalid partition specified: gpu")
+
+    monkeypatch.setattr(slurm, "submit", refuse)
+    with pytest.raises(WatchError, match=r"could not submit .*invalid partition"):
+        watch(script, clock)
+
+
+def test_a_job_slurm_stops_knowing_ends_the_run(
+    script: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    FakeSlurm(monkeypatch, clock, [[RUNNING, SlurmState(None)]])
+    final = watch(script, clock, Rules(lost_after=300))
+    assert not final.succeeded and final.history[0].outcome == LOST
+    assert clock.now == START + INTERVAL * 7  # unknown from the 2nd question on, 300 s later given up
+
+
+# ---- the state file, resuming, adopting, the lock
+
+
+def test_the_state_file_round_trips(script: Path) -> None:
+    state = WatchState(
+        str(script),
+        str(script.parent),
+        job_id="101",
+        restarts=1,
+        next_action=Next.POLL,
+        next_action_at=START + 60,
+        unknown_since=START,
+        watcher="12@login1",
+        history=[
+            Attempt("100", START - 900, None, START - 850, START - 100, "TIMEOUT", 0, False),
+            Attempt("101", START - 30, "/ckpt/step-9"),
+        ],
+    )
+    text = state.to_json()
+    assert WatchState.from_json(text) == state
+    data = json.loads(text)
+    assert (data["version"], data["job_id"], data["next_action"]) == (1, "101", "poll")
+    assert data["history"][0] == {
+        "job_id": "100",
+        "submitted_at": START - 900,
+        "resume_from": None,
+        "started_at": START - 850,
+        "ended_at": START - 100,
+        "outcome": "TIMEOUT",
+        "exit_code": 0,
+        "quick": False,
+    }
+
+
+NOT_STATES = [
+    "",
+    "[]",
+    '{"version": 2}',
+    '{"version": 1, "script": "x"}',
+    '{"version": 1, "script": "x", "workdir": "y", "next_action": "dance"}',
+    '{"version": 1, "script": "x", "workdir": "y", "history": [{"job": 1}]}',
+]
+
+
+@pytest.mark.parametrize("text", NOT_STATES)
+def test_a_state_file_that_is_not_one_is_an_error(script: Path, text: str) -> None:
+    files = files_of(script)
+    files.state.write_text(text)
+    with pytest.raises(WatchError, match="is not a raysub watch state"):
+        files.load()
+
+
+class Interrupt(Exception):
+    pass
+
+
+def test_a_new_watcher_resumes_the_run_and_adopts_its_job(
+    script: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = FakeSlurm(monkeypatch, clock, [[ended("PREEMPTED")], [RUNNING, RUNNING, COMPLETED]])
+
+    def sleep_then_die(seconds: float) -> None:
+        clock.sleep(seconds)
+        if len(fake.submitted) == 2 and len(fake.asked) == 2:
+            raise Interrupt  # the watcher dies (a login node reboots) while job 101 runs
+
+    with pytest.raises(Interrupt):
+        watching.run(Target(script, script.parent), None, replace(settings(clock), sleep=sleep_then_die))
+    saved = files_of(script).load()
+    assert saved is not None
+    assert (saved.job_id, saved.restarts, saved.next_action) == ("101", 1, Next.POLL)
+
+    lines: list[str] = []
+    final = watch(script, clock, lines=lines)
+    assert final.succeeded and final.restarts == 1
+    assert len(fake.submitted) == 2  # no new job: the running one was adopted
+    assert [h.job_id for h in final.history] == ["100", "101"]
+    assert "resuming the run of" in lines[0] and "1 restarts so far, watching job 101" in lines[0]
+    assert fake.asked[2][0] == "101"
+
+
+def test_a_watcher_resumes_a_backoff_where_it_was(
+    script: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    state = WatchState(str(script), str(script.parent), restarts=1, next_action=Next.SUBMIT)
+    state.next_action_at = START + 25
+    state.history.append(Attempt("90", START - 600, outcome="TIMEOUT"))
+    files_of(script).state.write_text(state.to_json())
+    fake = FakeSlurm(monkeypatch, clock, [[COMPLETED]])
+    final = watch(script, clock, latest=lambda: Path("/ckpt/7"))
+    assert clock.sleeps[0] == 25
+    assert fake.submitted[0][2] == {protocol.RESUME_FROM: "/ckpt/7"}
+    assert final.succeeded and final.restarts == 2
+
+
+def test_a_job_id_is_adopted_without_a_submission(
+    script: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = FakeSlurm(monkeypatch, clock, [[COMPLETED]])
+    fake.answers["4711"] = [RUNNING, ended("TIMEOUT")]
+    final = watch(script, clock, job_id="4711")
+    assert [h.job_id for h in final.history] == ["4711", "100"]
+    assert final.history[0].submitted_at is None
+    assert fake.asked[0] == ("4711", START)  # at once
+    assert final.succeeded and final.restarts == 1
+
+
+def test_a_finished_run_starts_anew_and_another_jobs_run_is_refused(
+    script: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    FakeSlurm(monkeypatch, clock, [[COMPLETED], [ended("FAILED")], [COMPLETED]])
+    assert watch(script, clock).succeeded
+    lines: list[str] = []
+    final = watch(script, clock, lines=lines)
+    assert "the last run ended (job 100 completed); a new run" in lines[0]
+    assert [h.job_id for h in final.history] == ["101", "102"] and final.restarts == 1
+
+    files = files_of(script)
+    running = WatchState(str(script), str(script.parent), job_id="102", next_action=Next.POLL)
+    running.history.append(Attempt("102"))
+    files.state.write_text(running.to_json())
+    with pytest.raises(WatchError, match="watches job 102, not 4711"):
+        watch(script, clock, job_id="4711")
+    other = script.parent / "other" / "job.sub"
+    other.parent.mkdir()
+    other.write_text("")
+    with pytest.raises(WatchError, match="belongs to another script"):
+        watching.run(Target(other, other.parent), script.parent, settings(clock))
+
+
+def test_the_lock_refuses_a_second_watcher(
+    script: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = FakeSlurm(monkeypatch, clock, [[COMPLETED]])
+    files = files_of(script)
+    files.state.write_text(WatchState(str(script), str(script.parent), watcher="4242@login2").to_json())
+    with watching.locked(files), pytest.raises(WatchError) as refused:
+        watch(script, clock)
+    assert str(refused.value) == (
+        f"another raysub watch (4242@login2) is watching this run: {files.lock} is locked; "
+        "stop that watcher first, or leave it be"
+    )
+    assert fake.submitted == []
+    assert watch(script, clock).succeeded  # free again once the first one is gone
+
+
+# ---- checkpoints, the stall hook, finding a job's LOG_DIR
+
+
+def test_checkpoint_dir_asks_raysub_node_checkpoints(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[Path] = []
+
+    class Checkpoint:
+        path = Path("step-40")
+
+    def latest_checkpoint(directory: Path, marker: str | None = None) -> Checkpoint | None:
+        asked.append(directory)
+        return Checkpoint() if len(asked) > 1 else None
+
+    module = types.ModuleType("raysub.node.checkpoints")
+    module.latest_checkpoint = latest_checkpoint  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "raysub.node.checkpoints", module)
+    latest = watching.latest_in(tmp_path)
+    assert latest() is None
+    assert latest() == Path("step-40").absolute()
+    assert asked == [tmp_path, tmp_path]
+
+
+def test_the_default_stall_check_never_says_stalled(tmp_path: Path) -> None:
+    assert watching.never_stalled(Job("1", 0, protocol.LogDir(tmp_path))) is False
+
+
+def test_a_jobs_log_dir_is_found_under_the_base_or_through_the_job_index(
+    tmp_path: Path, job_index: Path
+) -> None:
+    (tmp_path / "5-logs").mkdir()
+    (tmp_path / "5-1-logs").mkdir()
+    found = watching.log_dir_of("5", tmp_path)
+    assert found is not None and found.attempt == 1
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "6-logs").mkdir(parents=True)
+    assert watching.log_dir_of("6", tmp_path) is None
+    protocol.append_job_index(job_index, protocol.IndexEntry("6", 0, elsewhere / "6-logs", int(START)))
+    found = watching.log_dir_of("6", tmp_path)
+    assert found is not None and found.logs.path == elsewhere / "6-logs"
+
+
+# ---- raysub.slurm: sbatch, scancel and scontrol's record, against stand-ins on PATH
+
+
+@pytest.fixture
+def fake_bin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    yield bin_dir
+
+
+def stand_in(bin_dir: Path, name: str, body: str) -> None:
+    path = bin_dir / name
+    path.write_text(f"#!/usr/bin/env bash\n{body}\n")
+    path.chmod(0o755)
+
+
+def test_submit_runs_sbatch_parsable_with_the_resume_export(fake_bin: Path, tmp_path: Path) -> None:
+    record = tmp_path / "argv"
+    stand_in(
+        fake_bin, "sbatch", f'printf "%s\\n" "$PWD" "$@" "$RAYSUB_RESUME_FROM" > {record}\necho "4242;c1"'
+    )
+    workdir = tmp_path / "submit"
+    workdir.mkdir()
+    script = tmp_path / "job.sub"
+    assert slurm.submit(script, workdir, {protocol.RESUME_FROM: "/ckpt/step 9"}) == "4242"
+    assert record.read_text().splitlines() == [
+        str(workdir),
+        "--parsable",
+        "--export=ALL,RAYSUB_RESUME_FROM=/ckpt/step 9",
+        str(script),
+        "/ckpt/step 9",
+    ]
+    # --export cannot carry a comma: the value goes through sbatch's environment, named alone.
+    assert slurm.submit(script, workdir, {protocol.RESUME_FROM: "/ckpt/a,b"}) == "4242"
+    assert record.read_text().splitlines()[2:] == [
+        "--export=ALL,RAYSUB_RESUME_FROM",
+        str(script),
+        "/ckpt/a,b",
+    ]
+    slurm.submit(script, workdir)
+    assert record.read_text().splitlines()[1:3] == ["--parsable", str(script)]
+
+
+def test_sbatch_and_scancel_failures_carry_their_complaint(fake_bin: Path, tmp_path: Path) -> None:
+    stand_in(
+        fake_bin, "sbatch", 'echo "sbatch: error: Batch job submission failed: Invalid account" >&2; exit 1'
+    )
+    stand_in(
+        fake_bin, "scancel", 'echo "scancel: error: Kill job error on job id 7: Access denied" >&2; exit 1'
+    )
+    with pytest.raises(
+        slurm.SlurmError, match=r"^sbatch: error: Batch job submission failed: Invalid account$"
+    ):
+        slurm.submit(tmp_path / "job.sub", tmp_path)
+    with pytest.raises(
+        slurm.SlurmError, match=r"^scancel: error: Kill job error on job id 7: Access denied$"
+    ):
+        slurm.cancel("7")
+    stand_in(fake_bin, "sbatch", "echo Submitted batch job")
+    with pytest.raises(slurm.SlurmError, match="printed no job id"):
+        slurm.submit(tmp_path / "job.sub", tmp_path)
+
+
+def test_batch_script_reads_command_and_workdir_from_scontrol(fake_bin: Path) -> None:
+    line = (
+        "JobId=4711 JobName=ray UserId=u(1) JobState=RUNNING Command=/home/u/my runs/job.sub "
+        "WorkDir=/home/u/my runs StdErr=/home/u/my runs/slurm-4711.out"
+    )
+    stand_in(fake_bin, "scontrol", f"echo '{line}'")
+    assert slurm.batch_script("4711") == BatchScript(
+        Path("/home/u/my runs/job.sub"), Path("/home/u/my runs"), []
+    )
+    stand_in(fake_bin, "scontrol", "echo 'JobId=4712 Command=(null) WorkDir=/w'")
+    assert slurm.batch_script("4712").script is None
+    stand_in(fake_bin, "scontrol", "echo 'slurm_load_jobs error: Invalid job id specified' >&2; exit 1")
+    assert slurm.batch_script("4713") == BatchScript(None, None, [])
+
+
+# ---- the command
+
+
+@pytest.fixture
+def no_waiting(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    slept: list[float] = []
+    monkeypatch.setattr(time, "sleep", slept.append)
+    return slept
+
+
+def test_watch_command_runs_to_success(
+    raysub_cli: RunCli, script: Path, monkeypatch: pytest.MonkeyPatch, no_waiting: list[float]
+) -> None:
+    monkeypatch.chdir(script.parent)
+    fake = FakeSlurm(monkeypatch, fake_clock(), [[ended("TIMEOUT", 0)], [COMPLETED]])
+    result = raysub_cli("watch", "job.sub", "--interval", "5", "--backoff", "1", "--backoff-max", "2")
+    assert result.code == 0, result.stderr
+    assert "submitted" in result.stdout and "job 101 completed" in result.stdout
+    assert fake.submitted[0][:2] == (script, script.parent)
+    assert (script.parent / "job.sub.watch.json").is_file() and (
+        script.parent / "job.sub.watch.log"
+    ).is_file()
+    assert len(no_waiting) == 3 and 1 <= no_waiting[1] <= 2
+
+
+def test_watch_command_gives_up_with_exit_status_1(
+    raysub_cli: RunCli, script: Path, monkeypatch: pytest.MonkeyPatch, no_waiting: list[float]
+) -> None:
+    FakeSlurm(monkeypatch, fake_clock(), [[ended("FAILED", 3)]])
+    result = raysub_cli(
+        "watch", str(script), "--no-retry-exit-codes", "2, 3", "--log-dir", str(script.parent)
+    )
+    assert result.code == 1
+    assert "exit code 3, which --no-retry-exit-codes lists" in result.stdout
+
+
+def test_watch_command_adopts_a_job_by_id(
+    raysub_cli: RunCli, script: Path, monkeypatch: pytest.MonkeyPatch, no_waiting: list[float]
+) -> None:
+    fake = FakeSlurm(monkeypatch, fake_clock(), [])
+    fake.answers["4711"] = [COMPLETED]
+    monkeypatch.setattr(slurm, "batch_script", lambda job_id: BatchScript(script, script.parent, []))
+    result = raysub_cli("watch", "4711")
+    assert result.code == 0, result.stderr
+    assert "adopting job 4711" in result.stdout and fake.submitted == []
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["4711"], "Slurm has no script of job 4711 on record (scontrol: down): pass the job script"),
+        (["nope.sub"], "nope.sub: no such job script, and not a job id"),
+        (["job.sub", "--backoff", "90", "--backoff-max", "30"], "must be from 0 to the maximum"),
+        (["job.sub", "--no-retry-exit-codes", "1,x"], "is not a comma-separated list of exit codes"),
+        (["job.sub", "--no-retry-exit-codes", "256"], "is not a comma-separated list of exit codes"),
+        (["job.sub", "--interval", "1"], "--interval"),
+    ],
+)
+def test_watch_command_usage_errors_are_one_line(
+    raysub_cli: RunCli, script: Path, monkeypatch: pytest.MonkeyPatch, args: list[str], message: str
+) -> None:
+    monkeypatch.chdir(script.parent)
+    monkeypatch.setattr(slurm, "batch_script", lambda job_id: BatchScript(None, None, ["scontrol: down"]))
+    result = raysub_cli("watch", *args)
+    assert (result.code, result.stdout) == (2, "")
+    assert message in result.stderr and result.stderr.count("\n") == 1
+
+
+def test_watch_command_refuses_a_second_watcher(
+    raysub_cli: RunCli, script: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(script.parent)
+    with watching.locked(files_of(script)):
+        result = raysub_cli("watch", "job.sub")
+    assert result.code == 1
+    assert "another raysub watch is watching this run" in result.stderr
