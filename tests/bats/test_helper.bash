@@ -35,7 +35,9 @@ from pathlib import Path
 from raysub.validate import extract
 
 for script in extract(Path(sys.argv[1]).read_text()):
-    (Path(sys.argv[2]) / script.name).write_text(script.text)
+    target = Path(sys.argv[2]) / script.name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(script.text)
 PY
   printf '%s\n' "${!P_ENV_CANARY}" >"${LOG_DIR}/${P_CANARY}"
 }
