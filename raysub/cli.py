@@ -13,8 +13,10 @@ import click
 from click.core import ParameterSource
 
 from raysub import __version__
+from raysub import plan as planning
+from raysub.node import smoke as smoke_test
 from raysub.profiles import ProfileError, load_profile
-from raysub.protocol import AuthMode
+from raysub.protocol import AuthMode, PreflightMode
 from raysub.spec import JobSpec, Ports, Sandbox, SandboxNodes, SpecError, spec_from_options
 
 # Built-in defaults come from the spec itself, so the command line and the library cannot disagree.
@@ -49,6 +51,13 @@ def port_options(func: F) -> F:
         func = option(flag, type=int, default=field.default, show_default=True, help=f"Ray's {name} port.")(
             func
         )
+    return func
+
+
+def size_options(func: F) -> F:
+    """--tp, --pp, --dp, --cp and --dcp, each also under the spellings frameworks use (raysub.plan.SIZES)."""
+    for size in reversed(planning.SIZES):
+        func = option(*size.flags, size.name, type=int, metavar="N", help=f"{size.meaning} Default 1.")(func)
     return func
 
 
@@ -87,8 +96,13 @@ def cli() -> None:
 
 @cli.command(context_settings={"show_default": True})
 @option(
-    "--nodes", "-N", type=int, help="Nodes in the job (>= 1); the first runs the Ray head and the driver."
+    "--nodes",
+    "-N",
+    type=int,
+    help="Nodes in the job (>= 1); the first runs the Ray head and the driver. Or give the parallel sizes "
+    "below instead, and render computes it (raysub plan).",
 )
+@size_options
 @spec_option(
     "--gpus-per-node",
     type=int,
@@ -217,6 +231,25 @@ def cli() -> None:
     help="Warn in timeline.jsonl when every GPU stays idle this long while the driver runs.",
 )
 @spec_option(
+    "--preflight",
+    type=click.Choice(get_args(PreflightMode)),
+    help="Before Ray starts on a node, check its GPUs with nvidia-smi (raysub/node/preflight.py): a GPU "
+    "held by another process, too little free memory, fewer GPUs than --gpus-per-node. warn: record "
+    "and go on; fail: end the job naming node, GPU and process.",
+)
+@spec_option(
+    "--min-free-gpu-mem",
+    type=int,
+    metavar="MIB",
+    help="The preflight check's least free memory per GPU.",
+)
+@spec_option(
+    "--wait-gpus",
+    type=int,
+    metavar="SECONDS",
+    help="Give busy GPUs this long to free up before the preflight check decides.",
+)
+@spec_option(
     "--driver-restarts",
     type=int,
     metavar="N",
@@ -240,6 +273,13 @@ def cli() -> None:
     metavar="NAME",
     help="A checkpoint is complete only once it holds this file (default: each layout's own sign).",
 )
+@spec_option(
+    "--smoke",
+    is_flag=True,
+    help="Instead of COMMAND, run raysub's smoke test as the driver: one actor per GPU (or node) placed "
+    "and checked, and an all-reduce where torch is installed; LOG_DIR/smoke.json says how it went "
+    "(docs/smoke.md).",
+)
 @option(
     "--profile", help="Take defaults from [profiles.NAME] in ./raysub.toml or ~/.config/raysub/raysub.toml."
 )
@@ -254,13 +294,19 @@ def render(ctx: click.Context, /, output: Path | None, **values: Any) -> None:
     The head starts Ray on the first node; all other nodes join through ONE batched srun; the driver
     runs on the head once every GPU (or node, with --gpus-per-node 0) has joined, and the job exits
     with its status. COMMAND after -- is the driver's argv, delivered byte-exact. Without COMMAND the
-    cluster stays up until the job ends and LOG_DIR gets attach.sh.
+    cluster stays up until the job ends and LOG_DIR gets attach.sh; with --smoke instead of COMMAND the
+    driver is raysub's smoke test.
+
+    Instead of --nodes, give the run's parallel sizes (--tp, --pp, --dp, --cp, --dcp, under any of the
+    spellings listed): the job gets the nodes raysub plan computes for them, one more with
+    --dedicated-head.
 
     Every option also reads RAYSUB_<OPTION> from the environment, then the --profile.
 
     \b
     Example:
       raysub render --nodes 4 --gpus-per-node 8 -p batch -t 4:00:00 -- python train.py --lr 3e-4 > job.sub
+      raysub render --tp 8 --pp 2 --dp 4 --gpus-per-node 8 -- python train.py > job.sub
       sbatch job.sub
     """
     from raysub.render import render as render_script
@@ -272,6 +318,8 @@ def render(ctx: click.Context, /, output: Path | None, **values: Any) -> None:
         script = render_script(spec)
     except SpecError as error:
         raise click.BadParameter(error.message, param_hint=f"'{error.option}'") from error
+    if spec.plan is not None and spec.plan.warning:
+        click.echo(f"raysub: warning: {spec.plan.warning}", err=True)
     if not spec.token_auth:
         click.echo(
             "raysub: warning: --auth none: anyone who can reach the head's ports can run code as you "
@@ -282,6 +330,35 @@ def render(ctx: click.Context, /, output: Path | None, **values: Any) -> None:
         click.echo(script, nl=False)
     else:
         output.write_text(script)
+
+
+@cli.command(context_settings={"show_default": True})
+@size_options
+@spec_option("--gpus-per-node", type=int, help="GPUs per node of the partition the run goes to.")
+@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
+def plan(gpus_per_node: int, as_json: bool, **sizes: int | None) -> None:
+    """Say how many GPUs and nodes a run with these parallel sizes needs.
+
+    World size = tp x pp x max(dp, cp, dcp) GPUs; nodes = world size / --gpus-per-node, rounded up.
+    Each size also takes the spellings of Megatron-LM, vLLM, SGLang, NeMo-RL, verl and TensorRT-LLM.
+    On more than one node a tensor-parallel group must lie on one node or on whole nodes, and dp, cp
+    and dcp must each divide the largest of them (exit status 2 and the option at fault otherwise).
+    GPUs left unused on the last node are a warning (left_over_gpus in --json). Rules, and how sizes
+    map onto each framework: docs/plan.md.
+
+    \b
+    Example:
+      raysub plan --tp 8 --pp 2 --dp 4 --gpus-per-node 8
+      raysub plan --tensor-model-parallel-size 4 --context-parallel-size 2 --dp 4 --json
+      raysub render --tp 8 --pp 2 --dp 4 --gpus-per-node 8 -- python train.py > job.sub
+    """
+    try:
+        result = planning.plan(gpus_per_node, **sizes)
+    except planning.PlanError as error:
+        raise click.BadParameter(error.message, param_hint=f"'{error.option}'") from error
+    if result.warning:
+        click.echo(f"raysub: warning: {result.warning}", err=True)
+    click.echo(result.to_json() if as_json else result.describe())
 
 
 @cli.command()
@@ -531,7 +608,7 @@ def report(job: str | None, base: Path | None, attempt: int | None, output: Path
     Example:
       raysub report 4711 -o report.html
     """
-    from raysub.metrics import NoReadings, snapshots
+    from raysub.metrics import NoReadings, power_caps, snapshots
     from raysub.report import render_report
 
     found = find_job(job, base, attempt)
@@ -539,14 +616,16 @@ def report(job: str | None, base: Path | None, attempt: int | None, output: Path
         recorded = snapshots(found)
     except NoReadings as error:
         raise click.UsageError(str(error)) from error
-    output.write_text(render_report(f"raysub job {found.job_id}", recorded))
+    output.write_text(render_report(f"raysub job {found.job_id}", recorded, power_caps(found)))
     click.echo(f"{output}: {found.logs.metrics} as charts")
 
 
-def seconds_option(flag: str, default: float, metavar: str, help_text: str) -> Callable[[F], F]:
+def seconds_option(
+    flag: str, default: float, metavar: str, help_text: str, above_zero: bool = False
+) -> Callable[[F], F]:
     return click.option(
         flag,
-        type=click.FloatRange(min=0),
+        type=click.FloatRange(min=0, min_open=above_zero),
         default=default,
         show_default=True,
         metavar=metavar,
@@ -658,6 +737,93 @@ def health(
     report = check(found, slurm.job_state(found.job_id), options)
     click.echo(report.to_json() if as_json else report.describe())
     sys.exit(int(report.verdict))
+
+
+@cli.command()
+@click.option(
+    "--nodes", type=click.IntRange(min=1), help="Nodes the cluster should have; default: those in Ray."
+)
+@click.option(
+    "--gpus-per-node",
+    type=click.IntRange(min=0),
+    help="GPUs each node should advertise; default: what each does. 0: one bundle per node, no GPUs.",
+)
+@click.option(
+    "--head-gpus",
+    type=click.IntRange(min=0),
+    help="GPUs the head should advertise (0 for a job with --dedicated-head); default: --gpus-per-node.",
+)
+@click.option(
+    "--strategy",
+    type=click.Choice(smoke_test.STRATEGIES, case_sensitive=False),
+    metavar="[" + "|".join(smoke_test.STRATEGIES) + "]",
+    help="The placement group's strategy. Default: PACK for one bundle per GPU, as a training run's "
+    "workers are placed; STRICT_SPREAD for one per node, the only strategy that guarantees it.",
+)
+@click.option(
+    "--allreduce",
+    type=click.Choice(smoke_test.ALLREDUCE_MODES),
+    is_flag=False,
+    flag_value="optional",
+    help="Also all-reduce across the actors (NCCL on GPUs, else gloo) and measure the bandwidth; "
+    "skipped where torch is missing, unless --allreduce=required.",
+)
+@click.option(
+    "--allreduce-mib",
+    type=click.FloatRange(min=0, min_open=True),
+    default=smoke_test.ALLREDUCE_MIB,
+    show_default=True,
+    help="The all-reduce's size in MiB.",
+)
+@seconds_option(
+    "--timeout",
+    smoke_test.TIMEOUT_S,
+    "SECONDS",
+    "The longest any one wait may take: the placement, each round of calls to the actors.",
+    above_zero=True,
+)
+@click.option(
+    "--output",
+    "-o",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the report (smoke.json's format) here; default: the job's LOG_DIR/smoke.json when run "
+    "as a job's driver, else nowhere.",
+)
+def smoke(
+    nodes: int | None,
+    gpus_per_node: int | None,
+    head_gpus: int | None,
+    strategy: str | None,
+    allreduce: str | None,
+    allreduce_mib: float,
+    timeout: float,
+    output: Path | None,
+) -> None:
+    """Prove the running job's placement: one actor per GPU (or per node), each where it should be.
+
+    Run it inside a job (raysub attach, where RAY_ADDRESS is set). It makes a placement group of one
+    bundle per GPU (or per node with --gpus-per-node 0), starts an actor in each, and checks that every
+    node and every GPU got exactly one and no two share a GPU; then removes the placement group and the
+    actors. Prints where each actor ran. Exit status 0 when every check passed, 1 (with the reason) when
+    one did not or Ray could not be reached, 2 for a usage error. raysub render --smoke makes it a job's
+    driver (docs/smoke.md).
+
+    \b
+    Example:
+      raysub attach 4711 -- raysub smoke --nodes 4 --gpus-per-node 8 --allreduce
+      raysub smoke --gpus-per-node 0 -o smoke.json
+    """
+    options = smoke_test.Options(
+        nodes, gpus_per_node, head_gpus, strategy and strategy.upper(), allreduce, allreduce_mib, timeout
+    )
+    report = smoke_test.smoke(options)
+    click.echo(smoke_test.table(report))
+    path = output or smoke_test.report_path(None)
+    if path is not None:
+        smoke_test.write_report(path, report)
+    if not report.ok:
+        click.echo(f"raysub: smoke test failed: {report.reason}", err=True)
+        sys.exit(1)
 
 
 def exit_codes(ctx: click.Context, param: click.Parameter, value: str) -> frozenset[int]:

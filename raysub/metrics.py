@@ -5,9 +5,11 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
+from raysub import protocol
 from raysub.jobs import Job
 from raysub.monitor import RayGpuMonitor
 from raysub.node.metrics_log import Snapshot, read_snapshots
+from raysub.node.preflight import read_checks
 from raysub.node.readings import NodeMetrics
 from raysub.status import JobWatch
 
@@ -32,6 +34,16 @@ def snapshots(job: Job) -> list[Snapshot]:
             f"job {job.job_id} has no {job.logs.metrics} (yet): was it rendered with --no-monitor?"
         )
     return read_snapshots(job.logs.metrics)
+
+
+def power_caps(job: Job) -> dict[tuple[str, str], float]:
+    """Each GPU's power cap in W, by (node, GPU index), as the GPU preflight check's nvidia-smi saw it."""
+    caps = {}
+    for check in read_checks(job.logs.file(protocol.PREFLIGHT)):
+        for gpu in check.gpus:
+            if gpu.power_limit_w is not None:
+                caps[check.node, str(gpu.index)] = gpu.power_limit_w
+    return caps
 
 
 def latest(job: Job, live: bool) -> Reading:

@@ -100,7 +100,7 @@ def readings(nodes: Mapping[str, NodeMetrics]) -> Iterator[tuple[str, str, float
             if value is not None:
                 yield name, quantity, value
         for gpu in node.gpus:
-            for quantity in ("util_pct", "mem_used_gib"):
+            for quantity in ("util_pct", "mem_used_gib", "temperature_c", "power_w"):
                 value = getattr(gpu, quantity)
                 if value is not None:
                     yield f"{name}/gpu{gpu.index}", quantity, value

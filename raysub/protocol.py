@@ -86,10 +86,21 @@ HEALTH_PROGRESS = "health_progress.json"
 # interface to the user's program, and no raysub option reads it.
 RESUME_FROM = "RAYSUB_RESUME_FROM"
 
+# The smoke test (raysub render --smoke, raysub smoke; raysub/node/smoke.py): where one actor per GPU (or
+# node) ran and what was wrong, as one JSON object. Its writer and reader are in raysub/node/smoke.py.
+SMOKE = "smoke.json"
+
 # The head's monitor (--monitor): one JSON snapshot per line, {"t": ..., "nodes": {<node>: {...}},
 # "failed": [...]}, kept under MONITOR_MAX_BYTES by halving its resolution (raysub/node/metrics_log.py).
 METRICS = "metrics.jsonl"
 MONITOR_MAX_BYTES = 64 * 2**20
+
+# The GPU preflight gate (raysub/node/preflight.py), run on every node before `ray start`: one JSON line per
+# check of a node's GPUs, {"t", "node", "check", "final", "gpus": [...], "findings": [...], "verdict"},
+# each appended in one write under an flock on the file itself, so lines from different nodes stay whole.
+PREFLIGHT = "preflight.jsonl"
+# What the gate does with what it finds: nothing (off), say it (warn), or end the job (fail).
+PreflightMode = Literal["off", "warn", "fail"]
 
 # Scripts the batch script writes into LOG_DIR before launching anything.
 HEAD_SCRIPT = "head.sh"
@@ -161,9 +172,9 @@ FILES = (
     FileDoc(
         (f"{NODE_PYTHON_DIR}/raysub/",),
         "batch script",
-        "the node programs (`raysub/node/`: the unit counter, the monitor sidecar) and the raysub modules "
-        "they use, as they are in the raysub that rendered the job, 0700; the node scripts run them with "
-        "Ray's Python ([architecture.md](architecture.md))",
+        "the node programs (`raysub/node/`: the unit counter, the monitor sidecar, the GPU preflight) and "
+        "the raysub modules they use, as they are in the raysub that rendered the job, 0700; the node "
+        "scripts run them with Ray's Python ([architecture.md](architecture.md))",
     ),
     FileDoc((ATTACH_ENV,), "batch script", "`<jobid> <head node>` for `attach.sh`"),
     FileDoc(
@@ -209,6 +220,20 @@ FILES = (
         "head's monitor sidecar",
         "with `--monitor` (the default): one snapshot of every node's GPU, CPU and memory per line, kept "
         f"under {MONITOR_MAX_BYTES // 2**20} MiB ([monitor.md](monitor.md))",
+    ),
+    FileDoc(
+        (PREFLIGHT,),
+        "every node's GPU preflight, before `ray start`",
+        "one JSON line per check of the node's GPUs: each GPU's readings, score and processes, the findings "
+        "and the verdict (`ok`, `warn`, `fail`); with a wait for busy GPUs, a line per check, the last one "
+        '`"final": true` (`raysub/node/preflight.py`)',
+    ),
+    FileDoc(
+        (SMOKE,),
+        "the smoke test (`render --smoke`; `raysub smoke` in a job's driver)",
+        "one JSON object: `ok`, the `strategy`, the `bundles` and their `bundle_resources`, Ray's `nodes`, "
+        "where each bundle's actor ran (`actors`), the `problems` and the `allreduce` with its bandwidth "
+        "([smoke.md](smoke.md))",
     ),
     FileDoc(
         (HEALTH_PROGRESS,),

@@ -9,6 +9,7 @@ from pathlib import Path
 import jinja2
 
 from raysub import __version__, protocol, slurm
+from raysub.node import preflight
 from raysub.spec import MAX_SOCKET_PATH, RAY_SOCKET_SUFFIX, JobSpec
 
 # The batch script and the scripts it writes into LOG_DIR, in the order they are written.
@@ -131,6 +132,7 @@ def render(spec: JobSpec) -> str:
         "socket_suffix": RAY_SOCKET_SUFFIX,
         "max_socket_path": MAX_SOCKET_PATH,
         "attach_options": [*slurm.ATTACH_OPTIONS],
+        "preflight_failed": preflight.GATE_FAILED,
         "attach_shell": [*slurm.ATTACH_SHELL],
         "srun_args": [f"--cpus-per-task={spec.cpus_per_task}"] if spec.cpus_per_task else [],
         "worker_log_pattern": protocol.worker_log_pattern(spec.workers),

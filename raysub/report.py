@@ -7,7 +7,7 @@ every fetch: it opens offline, from a mail attachment or a shared filesystem, an
 import html
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from raysub.monitor import summarize
@@ -28,6 +28,8 @@ QUANTITY_NAMES = {
     "mem_used_gib": "GPU memory used GiB",
     "cpu_util_pct": "CPU utilisation %",
     "ram_used_gib": "host RAM used GiB",
+    "temperature_c": "GPU temperature °C",
+    "power_w": "GPU power W",
 }
 
 
@@ -131,6 +133,30 @@ def _svg(chart: Chart, series: dict[str, list[tuple[float, float | None]]], t0: 
     return "".join(parts) + f'<ul class="legend">{legend}</ul>{note}'
 
 
+def _cell(value: float | None, digits: int = 0) -> str:
+    return "?" if value is None else f"{value:.{digits}f}"
+
+
+def _gpu_table(snapshots: list[Snapshot], power_caps: Mapping[tuple[str, str], float]) -> str:
+    """Each node's GPUs as the last snapshot names them: model, memory and power cap (from the preflight
+    check's nvidia-smi, by node and GPU index, where it ran)."""
+    rows = []
+    for name, node in sorted(snapshots[-1].nodes.items()) if snapshots else ():
+        for gpu in node.gpus:
+            cells = (
+                name,
+                gpu.index,
+                gpu.name or "?",
+                _cell(gpu.mem_total_gib, 1),
+                _cell(power_caps.get((name, gpu.index))),
+            )
+            rows.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
+    if not rows:
+        return '<p class="empty">No GPUs.</p>'
+    head = "<tr><th>node</th><th>GPU</th><th>model</th><th>memory GiB</th><th>power cap W</th></tr>"
+    return f"<table>{head}{''.join(rows)}</table>"
+
+
 def _summary_table(snapshots: list[Snapshot]) -> str:
     rows = []
     for subject, quantities in summarize(s.nodes for s in snapshots).items():
@@ -158,8 +184,11 @@ td:first-child, td:nth-child(2), th:first-child, th:nth-child(2) { text-align: l
 """
 
 
-def render_report(title: str, snapshots: list[Snapshot]) -> str:
-    """The whole page: a chart per reading over time (one line per node or GPU), then min/mean/max."""
+def render_report(
+    title: str, snapshots: list[Snapshot], power_caps: Mapping[tuple[str, str], float] | None = None
+) -> str:
+    """The whole page: the GPUs, a chart per reading over time (one line per node or GPU), then
+    min/mean/max. ``power_caps``: W by (node, GPU index), where known."""
     t0 = snapshots[0].t if snapshots else 0.0
     t1 = snapshots[-1].t if snapshots else 0.0
     when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t0))
@@ -178,6 +207,6 @@ def render_report(title: str, snapshots: list[Snapshot]) -> str:
         f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
         f"<title>{html.escape(title)}</title><style>{STYLE}</style></head><body>"
         f"<h1>{html.escape(title)}</h1>"
-        f"<p>{taken}</p>"
+        f"<p>{taken}</p><h2>GPUs</h2>{_gpu_table(snapshots, power_caps or {})}"
         f"{charts}<h2>Over the whole run</h2>{_summary_table(snapshots)}</body></html>\n"
     )

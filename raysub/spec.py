@@ -5,7 +5,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast, get_args
 
-from raysub.protocol import AuthMode, UnitKind
+from raysub.errors import OptionError
+from raysub.plan import SIZES, Plan, PlanError, plan
+from raysub.protocol import AuthMode, PreflightMode, UnitKind
 
 # AF_UNIX socket paths longer than this are refused by the kernel.
 MAX_SOCKET_PATH = 107
@@ -30,13 +32,8 @@ _MODE = re.compile(r"0?[0-7]{3}")
 SandboxNodes = Literal["all", "1"]
 
 
-class SpecError(ValueError):
+class SpecError(OptionError):
     """A value the job cannot run with; ``option`` names the command-line option at fault."""
-
-    def __init__(self, option: str, message: str) -> None:
-        super().__init__(f"{option}: {message}")
-        self.option = option
-        self.message = message
 
 
 @dataclass(frozen=True)
@@ -132,6 +129,8 @@ BOUNDS = (
     Bound("--gpu-idle-after", "gpu_idle_after", 1, "second"),
     Bound("--driver-restarts", "driver_restarts", 0),
     Bound("--restart-backoff", "restart_backoff", 1, "second"),
+    Bound("--min-free-gpu-mem", "min_free_gpu_mem", 0),
+    Bound("--wait-gpus", "wait_gpus", 0),
 )
 
 
@@ -181,6 +180,12 @@ class JobSpec:
     restart_backoff: int = 30
     checkpoint_dir: str | None = None
     checkpoint_marker: str | None = None
+    preflight: PreflightMode = "warn"
+    min_free_gpu_mem: int = 1024  # MiB
+    wait_gpus: int = 0  # seconds
+    # The parallel sizes ``nodes`` was computed from (render --tp ... in place of --nodes), else None.
+    plan: Plan | None = None
+    smoke: bool = False
 
     @property
     def workers(self) -> int:
@@ -188,7 +193,17 @@ class JobSpec:
 
     @property
     def interactive(self) -> bool:
-        return not self.command
+        """No driver: the cluster stays up for raysub attach (neither COMMAND nor --smoke)."""
+        return not self.command and not self.smoke
+
+    @property
+    def smoke_program(self) -> tuple[str, ...]:
+        """With --smoke, the driver: the node program raysub/node/smoke.py and its arguments, the job's
+        own nodes and GPUs (the head's too with --dedicated-head), with an all-reduce wherever torch is."""
+        program = ["smoke", f"--nodes={self.nodes}", f"--gpus-per-node={self.gpus_per_node}"]
+        if self.head_gpus != self.gpus_per_node:
+            program.append(f"--head-gpus={self.head_gpus}")
+        return (*program, "--allreduce")
 
     @property
     def head_gpus(self) -> int:
@@ -274,7 +289,9 @@ class JobSpec:
         self._check_temp_dir()
         self._check_security()
         self._check_monitor()
+        self._check_driver()
         self._check_restarts()
+        self._check_preflight()
         if self.sandbox is not None:
             self.sandbox.check()
         return self
@@ -337,6 +354,11 @@ class JobSpec:
                 "--gpu-idle-threshold", f"must be a percentage above 0, not {self.gpu_idle_threshold}"
             )
 
+    def _check_driver(self) -> None:
+        """One driver: COMMAND or --smoke (raysub's own), not both."""
+        if self.smoke and self.command:
+            raise SpecError("--smoke", "makes raysub's smoke test the driver: give it or a COMMAND, not both")
+
     def _check_restarts(self) -> None:
         """Restarts need a driver to restart; the checkpoint options name a place (counts are in BOUNDS)."""
         if self.driver_restarts and self.interactive:
@@ -349,6 +371,16 @@ class JobSpec:
         ):
             if value is not None and (not value or _CONTROL.search(value)):
                 raise SpecError(option, f"{value!r} is empty or has a newline or control character")
+
+    def _check_preflight(self) -> None:
+        modes = get_args(PreflightMode)
+        if self.preflight not in modes:
+            raise SpecError("--preflight", f"must be one of {', '.join(modes)}, not {self.preflight!r}")
+
+    @property
+    def preflights(self) -> bool:
+        """The nodes check their GPUs before Ray starts (--preflight warn or fail)."""
+        return self.preflight != "off"
 
     @property
     def resumes(self) -> bool:
@@ -444,10 +476,37 @@ def sandbox_from_options(
     )
 
 
+SIZE_OPTIONS = ", ".join(size.option for size in SIZES)
+
+
+def nodes_from_options(values: Mapping[str, Any]) -> tuple[int, Plan | None]:
+    """--nodes, or else the nodes the parallel sizes need (raysub plan), one more for --dedicated-head's
+    GPU-less head; with the Plan they came from. Exactly one of the two must be given."""
+    sizes = {size.name: values[size.name] for size in SIZES if values.get(size.name) is not None}
+    nodes = values.get("nodes")
+    if sizes and nodes is not None:
+        raise SpecError(
+            "--nodes",
+            f"give --nodes or the parallel sizes ({SIZE_OPTIONS}), not both "
+            "(--nodes may come from RAYSUB_NODES or the --profile)",
+        )
+    if not sizes:
+        if nodes is None:
+            raise SpecError(
+                "--nodes",
+                f"is required (how many nodes the job gets), or the parallel sizes ({SIZE_OPTIONS})",
+            )
+        return nodes, None
+    try:
+        planned = plan(values["gpus_per_node"], **sizes)
+    except PlanError as error:
+        raise SpecError(error.option, error.message) from error
+    return planned.nodes + (1 if values.get("dedicated_head") else 0), planned
+
+
 def spec_from_options(values: Mapping[str, Any]) -> JobSpec:
     """A checked JobSpec from ``raysub render``'s option values, keyed by option name (``gpus_per_node``)."""
-    if values.get("nodes") is None:
-        raise SpecError("--nodes", "is required (how many nodes the job gets)")
+    nodes, planned = nodes_from_options(values)
     ports = Ports(**{name: values[f"{name}_port"] for name in Ports.__dataclass_fields__})
     sandbox = sandbox_from_options(
         values["sandbox_command"],
@@ -459,13 +518,15 @@ def spec_from_options(values: Mapping[str, Any]) -> JobSpec:
     plain = {
         name: values[name]
         for name in JobSpec.__dataclass_fields__
-        if name not in ("command", "env", "ports", "sandbox") and name in values
+        if name not in ("nodes", "command", "env", "ports", "sandbox", "plan") and name in values
     }
     for name in ("sbatch_args", "ray_start_args"):
         plain[name] = tuple(plain[name])
     plain["forward_signal"] = str(plain["forward_signal"]).upper().removeprefix("SIG")
     return JobSpec(
         **plain,
+        nodes=nodes,
+        plan=planned,
         command=tuple(values["command"]),
         env=parse_env(tuple(values["env"])),
         ports=ports,

@@ -8,6 +8,7 @@ from enum import StrEnum
 
 from raysub import protocol, slurm
 from raysub.jobs import Job
+from raysub.node.preflight import read_checks
 from raysub.slurm import SlurmState
 
 # Slurm states after which nothing of the job runs any more.
@@ -130,6 +131,17 @@ def first_times(events: list[protocol.TimelineEvent]) -> dict[str, float]:
     return times
 
 
+def preflight_warnings(job: Job) -> list[str]:
+    """What each node's GPU preflight check found that was not fine (its last check only)."""
+    last = {check.node: check for check in read_checks(job.logs.file(protocol.PREFLIGHT))}
+    return [
+        f"GPU preflight on {node}: {finding.reason}"
+        for node, check in sorted(last.items())
+        for finding in check.findings
+        if finding.severity != "info"
+    ]
+
+
 def read_status(job: Job, slurm: SlurmState, now: float) -> Status:
     """Combine Slurm's view with the job's files; ``now`` is the current time (epoch seconds)."""
     entries = job.logs.node_map()
@@ -177,7 +189,8 @@ def read_status(job: Job, slurm: SlurmState, now: float) -> Status:
         exit_code=slurm.exit_code,
         durations=durations,
         since_head_ready=now - ready if ready is not None and driver_exit is None else None,
-        warnings=[f"GPUs idle: {e.detail}" for e in events if e.phase == protocol.PHASE_GPU_IDLE],
+        warnings=[f"GPUs idle: {e.detail}" for e in events if e.phase == protocol.PHASE_GPU_IDLE]
+        + preflight_warnings(job),
     )
 
 

@@ -23,6 +23,11 @@ GPU_AVAILABLE = "ray_node_gpus_available"
 GPU_UTIL = "ray_node_gpus_utilization"
 GPU_MEM_USED = "ray_node_gram_used"
 GPU_MEM_AVAILABLE = "ray_node_gram_available"
+# Since Ray 2.5x, where the device reports them (reporter_agent's node_gpu_power_milliwatts and
+# node_gpu_temperature_celsius gauges).
+GPU_POWER = "ray_node_gpu_power_milliwatts"
+GPU_TEMPERATURE = "ray_node_gpu_temperature_celsius"
+MILLIWATTS_PER_WATT = 1000
 NODE_METRICS = (CPU_UTIL, RAM_USED, RAM_TOTAL)
 GPU_METRICS = (GPU_AVAILABLE, GPU_UTIL, GPU_MEM_USED, GPU_MEM_AVAILABLE)
 # A GPU exists when any of the node's series carries its index: the four above, and whatever else a Ray
@@ -47,6 +52,8 @@ class GpuMetrics:
     util_pct: float | None
     mem_used_gib: float | None
     mem_total_gib: float | None
+    temperature_c: float | None = None
+    power_w: float | None = None
 
 
 @dataclass(frozen=True)
@@ -119,8 +126,11 @@ def parse_node_metrics(text: str) -> NodeMetrics:
                 continue  # a longer name with our prefix: ray_node_mem_used_host
             ip = ip or labels.get("ip")
 
-    def gib(value: float | None, per_gib: float) -> float | None:
-        return None if value is None or math.isnan(value) else value / per_gib
+    def known(value: float | None) -> float | None:
+        return None if value is None or math.isnan(value) or value < 0 else value
+
+    def scaled(value: float | None, per_unit: float) -> float | None:
+        return None if value is None or math.isnan(value) else value / per_unit
 
     def gpu_metrics(index: str, values: dict[str, Any]) -> GpuMetrics:
         util = values.get(GPU_UTIL)
@@ -130,15 +140,17 @@ def parse_node_metrics(text: str) -> NodeMetrics:
             index=index,
             name=values["name"],
             util_pct=None if util is None or math.isnan(util) or util < 0 else util,
-            mem_used_gib=gib(used, MIB_PER_GIB),
-            mem_total_gib=gib(total, MIB_PER_GIB),
+            mem_used_gib=scaled(used, MIB_PER_GIB),
+            mem_total_gib=scaled(total, MIB_PER_GIB),
+            temperature_c=known(values.get(GPU_TEMPERATURE)),
+            power_w=scaled(values.get(GPU_POWER), MILLIWATTS_PER_WATT),
         )
 
     return NodeMetrics(
         ip=ip,
         cpu_util_pct=node.get(CPU_UTIL),
-        ram_used_gib=gib(node.get(RAM_USED), GIB),
-        ram_total_gib=gib(node.get(RAM_TOTAL), GIB),
+        ram_used_gib=scaled(node.get(RAM_USED), GIB),
+        ram_total_gib=scaled(node.get(RAM_TOTAL), GIB),
         gpus=[gpu_metrics(index, gpus[index]) for index in sorted(gpus, key=_gpu_sort_key)],
         resources=resources,
     )

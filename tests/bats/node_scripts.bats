@@ -200,3 +200,39 @@ wait_node() {
   assert_output --regexp "^head on nodeA: the unit counter exited with status 1: ModuleNotFoundError: No module named 'ray'$"
   assert [ ! -e "${LOG_DIR}/${P_DRIVER_STARTED}" ]
 }
+
+@test "with --preflight fail, a GPU held by another process ends the job before Ray starts, naming it" {
+  render_node_scripts --nodes 2 --gpus-per-node 2 --interface lo --ray-temp-dir '/tmp/rb%j/%n' \
+    --preflight fail -- true
+  export FAKE_NVIDIA_SMI_DIR="${BATS_TEST_TMPDIR}/gpus"
+  mkdir -p "$FAKE_NVIDIA_SMI_DIR"
+  cat >"${FAKE_NVIDIA_SMI_DIR}/nodeA" <<'GPUS'
+gpu 0, GPU-00000000-0000-4000-8000-000000000000, NVIDIA H100 80GB HBM3, 0, 1, 81559, 30, 70.00, 700.00
+gpu 1, GPU-00000000-0000-4000-8000-000000000001, NVIDIA H100 80GB HBM3, 97, 30512, 81559, 58, 512.33, 700.00
+app 4242, /usr/bin/python3, 30000, GPU-00000000-0000-4000-8000-000000000001
+GPUS
+  printf '10.0.0.1:7379\n' >"${LOG_DIR}/${P_STARTED_RAY_HEAD}"
+  start_node "$P_WORKER_SCRIPT"
+  wait_node
+  assert_failure 1
+  run cat "${LOG_DIR}/${P_ENDED}"
+  assert_output "worker 1 on nodeA: GPU preflight: GPU 1 is held by pid 4242 (python3, 30000 MiB)"
+  assert_equal "$(cat "$FAKE_RAY_LOG")" ""
+  run grep -c '"verdict":"fail"' "${LOG_DIR}/${P_PREFLIGHT}"
+  assert_output "1"
+}
+
+@test "with --preflight warn, a busy GPU is recorded and Ray starts" {
+  render_node_scripts --nodes 2 --gpus-per-node 2 --interface lo --ray-temp-dir '/tmp/rb%j/%n' -- true
+  export FAKE_NVIDIA_SMI_DIR="${BATS_TEST_TMPDIR}/gpus"
+  mkdir -p "$FAKE_NVIDIA_SMI_DIR"
+  printf 'fail driver\n' >"${FAKE_NVIDIA_SMI_DIR}/default"
+  printf '10.0.0.1:7379\n' >"${LOG_DIR}/${P_STARTED_RAY_HEAD}"
+  start_node "$P_WORKER_SCRIPT"
+  wait_file "$FAKE_RAY_LOG.pids"
+  printf 'driver exited with status 0\n' >"${LOG_DIR}/${P_ENDED}"
+  wait_node
+  assert_success
+  run grep -c '"verdict":"warn"' "${LOG_DIR}/${P_PREFLIGHT}"
+  assert_output "1"
+}

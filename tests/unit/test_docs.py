@@ -1,7 +1,8 @@
-"""Generated documentation, so it never drifts from the code: docs/cli.md from the commands' --help, and
-docs/protocol.md's table of LOG_DIR's files from raysub.protocol.FILES.
+"""Generated documentation, so it never drifts from the code: docs/cli.md from the commands' --help,
+docs/protocol.md's table of LOG_DIR's files from raysub.protocol.FILES, and the tables of docs/health.md
+(progress forms) and docs/plan.md (spellings of the parallel sizes).
 
-Regenerate after changing an option, a help text or that table:
+Regenerate after changing an option, a help text or one of those tables:
     RAYSUB_REGENERATE_GOLDEN=1 scripts/test tests/unit/test_docs.py
 """
 
@@ -77,6 +78,20 @@ def test_health_progress_forms_are_up_to_date() -> None:
     table = markdown_table(("framework", "a line it prints"), rows)
     check_generated(
         REPO / "docs" / "health.md", "the default progress forms (raysub/health/progress.py)", table
+    )
+
+
+def test_plan_spellings_are_up_to_date() -> None:
+    from raysub.plan import SIZES
+
+    rows = []
+    for size in SIZES:
+        env = "RAYSUB_" + size.name.upper()
+        rows.append((f"`{size.option}`", f"raysub: its messages, `--json`, `{env}`, profiles"))
+        rows += [(f"`--{spelling.flag}`", spelling.used_by) for spelling in size.spellings]
+    table = markdown_table(("option", "where the spelling comes from"), rows)
+    check_generated(
+        REPO / "docs" / "plan.md", "the spellings of the parallel sizes (raysub/plan.py SIZES)", table
     )
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from raysub.metrics import table
-from raysub.monitor import RayGpuMonitor, tokens_per_second_per_gpu
+from raysub.monitor import RayGpuMonitor, summarize, tokens_per_second_per_gpu
 from raysub.node.metrics_log import MetricsFile, snapshot_line
 from raysub.node.readings import GIB, GpuMetrics, NodeMetrics, parse_node_metrics
 from raysub.node.sidecar import IdleWatch
@@ -114,8 +114,25 @@ def test_any_per_gpu_series_of_the_node_names_a_gpu() -> None:
     )
     node = parse_node_metrics(text)
     assert node == NodeMetrics(
-        "10.0.0.4", None, None, None, [GpuMetrics("3", "NVIDIA H200", None, None, None)]
+        "10.0.0.4", None, None, None, [GpuMetrics("3", "NVIDIA H200", None, None, None, temperature_c=41.0)]
     )
+
+
+def test_gpu_power_and_temperature_are_readings_where_ray_reports_them() -> None:
+    gpu = labels("10.0.0.4", 'GpuDeviceName="NVIDIA H200",GpuIndex="0",')
+    text = (
+        "# TYPE ray_node_gpu_power_milliwatts gauge\n"
+        f"ray_node_gpu_power_milliwatts{gpu} 312500.0\n"
+        "# TYPE ray_node_gpu_temperature_celsius gauge\n"
+        f"ray_node_gpu_temperature_celsius{gpu} 63.0\n"
+    )
+    [reading] = parse_node_metrics(text).gpus
+    assert (reading.power_w, reading.temperature_c) == (312.5, 63.0)
+    summary = summarize([{"n1": parse_node_metrics(text)}])
+    assert summary["n1/gpu0"] == {
+        "temperature_c": {"min": 63.0, "mean": 63.0, "max": 63.0},
+        "power_w": {"min": 312.5, "mean": 312.5, "max": 312.5},
+    }
 
 
 def test_absent_fields_are_none_and_malformed_text_raises() -> None:

@@ -22,6 +22,8 @@ from tests.support.batch import run_batch_script
 SHIPPED = {name.removeprefix(f"{protocol.NODE_PYTHON_DIR}/"): path for name, path in node_library()}
 # What Ray's Python has besides the standard library (prometheus_client comes with ray[default]).
 THIRD_PARTY = {"ray", "prometheus_client"}
+# What a shipped module may use where it is installed: imported inside a function, never at the top.
+OPTIONAL = {"raysub/node/smoke.py": {"torch"}}
 
 
 def module_name(relative: str) -> str:
@@ -48,7 +50,20 @@ def test_a_shipped_module_imports_only_what_a_node_has(relative: str) -> None:
             # "from raysub import protocol" names a module; "from raysub.x import y" names something in x.
             assert name in shipped or name.rpartition(".")[0] in shipped, f"{relative} imports {name}"
         else:
-            assert top in sys.stdlib_module_names | THIRD_PARTY | {"__future__"}, f"{relative} imports {name}"
+            allowed = sys.stdlib_module_names | THIRD_PARTY | OPTIONAL.get(relative, set()) | {"__future__"}
+            assert top in allowed, f"{relative} imports {name}"
+
+
+@pytest.mark.parametrize("relative", sorted(OPTIONAL))
+def test_an_optional_package_is_imported_only_where_it_is_used(relative: str) -> None:
+    tree = ast.parse(SHIPPED[relative].read_text())
+    top_level = {
+        alias.name.split(".")[0] for node in tree.body if isinstance(node, ast.Import) for alias in node.names
+    }
+    top_level |= {
+        node.module.split(".")[0] for node in tree.body if isinstance(node, ast.ImportFrom) and node.module
+    }
+    assert not top_level & OPTIONAL[relative]
 
 
 def test_every_node_module_is_shipped() -> None:
@@ -69,7 +84,7 @@ def test_log_dirs_copy_runs_with_a_python_without_raysub(tmp_path: Path) -> None
     spec = JobSpec(nodes=2, gpus_per_node=0, command=("true",), interface="lo", log_dir="runs", monitor=False)
     job = run_batch_script(tmp_path, spec, {"HOME": str(tmp_path)}, str(os.getpid()))
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(job.log_dir.file(protocol.NODE_PYTHON_DIR))}
-    for program in ("units", "sidecar"):
+    for program in ("units", "sidecar", "preflight", "smoke"):
         done = subprocess.run(
             [python, "-m", f"raysub.node.{program}", "--help"],
             cwd=tmp_path,

@@ -171,6 +171,19 @@ def test_chromium_draws_a_one_snapshot_report(tmp_path: Path) -> None:
         assert pixels_of(image, color) > 20, color
 
 
+def test_the_gpu_table_names_each_gpu_with_its_memory_and_power_cap(tmp_path: Path) -> None:
+    logs = LogDir.of(tmp_path, 4714)
+    write_metrics(logs, cycles=2)
+    snapshots = read_snapshots(logs.metrics)
+    gpu = snapshots[-1].nodes["node2"].gpus[1]
+    page = render_report("raysub job 4714", snapshots, power_caps={("node2", "1"): 700.0})
+    table = page.split("<h2>GPUs</h2>")[1].split("</table>")[0]
+    assert table.count("<tr><td>") == 6  # 3 nodes of 2 GPUs
+    row = f"<tr><td>node2</td><td>1</td><td>{gpu.name}</td><td>{gpu.mem_total_gib:.1f}</td><td>700</td></tr>"
+    assert row in table
+    assert "<tr><td>node1</td><td>0</td>" in table and "<td>?</td></tr>" in table  # no cap known
+
+
 def test_report_escapes_names_and_survives_no_data() -> None:
     page = render_report("<job>", [])
     assert "&lt;job&gt;" in page and "No readings" in page

@@ -134,6 +134,8 @@ BELOW_MINIMUM = {
     "--gpu-idle-after": (0, "must be at least 1 second, not 0"),
     "--driver-restarts": (-1, "must be 0 or more, not -1"),
     "--restart-backoff": (0, "must be at least 1 second, not 0"),
+    "--min-free-gpu-mem": (-1, "must be 0 or more, not -1"),
+    "--wait-gpus": (-1, "must be 0 or more, not -1"),
 }
 
 

@@ -1,0 +1,12 @@
+"""The one error of a value raysub cannot work with: it names the command-line option at fault, and the
+command line prints it as one line and exits with status 2. Each concern has its own kind of it
+(spec.SpecError, plan.PlanError)."""
+
+
+class OptionError(ValueError):
+    """A value raysub cannot work with; ``option`` names the command-line option at fault."""
+
+    def __init__(self, option: str, message: str) -> None:
+        super().__init__(f"{option}: {message}")
+        self.option = option
+        self.message = message

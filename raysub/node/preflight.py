@@ -1,0 +1,582 @@
+"""The GPU preflight gate: before ``ray start``, are this node's GPUs there, and free?
+
+Run by the head and worker scripts as ``python -m raysub.node.preflight --log-dir DIR --node NAME --gpus N
+--mode warn|fail [--min-free-gpu-mem MIB] [--wait-gpus SECONDS]``, before Ray starts on the node. It asks
+nvidia-smi for the GPUs (GPU_QUERY) and for the processes on them (APPS_QUERY), and finds:
+
+- error: nvidia-smi fails (driver not loaded, no devices, driver/library version mismatch, ...: its own
+  words); fewer GPUs than ``--gpus``; a GPU that any process holds (every compute process there is before
+  Ray starts belongs to someone else); a GPU with less free memory than ``--min-free-gpu-mem``;
+- warn: a GPU that does not report its memory use (its free memory is unchecked); the processes cannot be
+  listed; a process on a device that is none of the GPUs listed;
+- info: no nvidia-smi on PATH (then nothing else is checked and the gate passes); a GPU that does not report
+  its utilisation (MIG-enabled GPUs never do).
+
+With ``--wait-gpus S`` it checks again while an error remains, after 1, 2, 4, ... s (at most MAX_PAUSE_S
+apart), until none remains or S seconds have passed. Every check appends one line to LOG_DIR/preflight.jsonl
+(append_check writes it, read_checks reads it back):
+
+    {"t": <epoch s>, "node": <--node>, "check": <1, 2, ...>, "final": <the node's last check>,
+     "gpus": [{"index", "uuid", "name", "util_pct", "mem_used_mib", "mem_total_mib", "temperature_c",
+               "power_w", "power_limit_w", "score", "processes": [{"pid", "name", "used_mib"}]}],
+     "findings": [{"severity": "info|warn|error", "gpu": <index or null>, "reason"}],
+     "verdict": "ok|warn|fail"}
+
+A reading nvidia-smi does not give is null, never 0. A GPU's score, from 0 (busy) to 1 (free), is
+0.6 * its free memory's fraction + 0.4 * its idle fraction (100 % - utilisation); a part it does not
+report counts as not free. The verdict is ``fail`` when an error remains and ``--mode fail``, ``warn``
+when any error or warning remains, ``ok`` otherwise.
+
+Exit status, and stdout (the node script ends the job with what is printed, adding "<role> on <node>: "):
+
+- 0: the gate passed, or ``--mode warn`` (the findings are on stderr and in preflight.jsonl), or ``--mode
+  off`` (nothing is checked or written); nothing on stdout;
+- GATE_FAILED (3): ``--mode fail`` and an error remained; the only line on stdout is the first error, e.g.
+  ``GPU 3 is held by pid 4242 (python3, 30000 MiB)``;
+- 1: the program itself failed; the only line on stdout is its last word;
+- 2: wrong arguments (argparse).
+
+nvidia-smi's CSV, as its versions print it (tests/fixtures/nvidia-smi/ imitates each form): a header line
+naming each column, with its unit in brackets (``memory.used [MiB]``, ``utilization.gpu [%]``, ``power.draw
+[W]``; ``temperature.gpu`` has none), unless ``noheader``; values with their unit (``1234 MiB``, ``45 %``,
+``250.00 W``), unless ``nounits``; fields separated by ", ", never quoted. The header names a column by its
+canonical name, which may differ from the name asked for (``used_memory`` is headed ``used_gpu_memory``).
+A value nvidia-smi cannot give is ``[N/A]``, ``[Not Supported]``, ``[Unknown Error]``, ``[Insufficient
+Permissions]`` (any bracketed text), or ``N/A``, or empty. With MIG enabled, the GPU itself reports no
+utilisation (``[N/A]``). No process: the header alone. A failure (exit status 9: "NVIDIA-SMI has failed
+because it couldn't communicate with the NVIDIA driver. ...", 6: "No devices were found", 18: "Failed to
+initialize NVML: Driver/library version mismatch") is said on stdout, with a non-zero exit status.
+So the queries ask for the full ``csv`` (a header says which column is which, and in which unit) and the
+parser reads every form: with or without a header, units in the header or on the values.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any, Optional, get_args
+
+from raysub import protocol
+
+GATE_FAILED = 3
+# The least free memory (MiB) a GPU must have. An idle GPU shows well under a GiB in use (the driver's
+# reservations), so this never fails a free GPU of any size; below it, a GPU cannot even hold a CUDA context
+# and NCCL's buffers. A GPU partly used by a process is caught by the process check instead, whatever its
+# memory; raise this to what the job's model needs to catch use nvidia-smi cannot attribute.
+DEFAULT_MIN_FREE_MIB = 1024.0
+FIRST_PAUSE_S = 1.0  # --wait-gpus: the pause before the second check, doubled for each next one
+MAX_PAUSE_S = 30.0
+NVIDIA_SMI_TIMEOUT_S = 60.0  # a GPU that fell off the bus can make nvidia-smi hang for minutes
+FREE_WEIGHT, IDLE_WEIGHT = 0.6, 0.4
+
+GPU_FIELDS = (
+    *("index", "uuid", "name", "utilization.gpu", "memory.used", "memory.total", "temperature.gpu"),
+    *("power.draw", "power.limit"),
+)
+APP_FIELDS = ("pid", "process_name", "used_memory", "gpu_uuid")
+GPU_QUERY = (f"--query-gpu={','.join(GPU_FIELDS)}", "--format=csv")
+APPS_QUERY = (f"--query-compute-apps={','.join(APP_FIELDS)}", "--format=csv")
+# Header names that differ from the field asked for (nvidia-smi heads a column with the canonical name).
+GPU_ALIASES = {"gpu_name": "name", "gpu_uuid": "uuid"}
+APP_ALIASES = {"used_gpu_memory": "used_memory", "name": "process_name"}
+
+Severity = str  # "info", "warn" or "error"
+Cell = tuple[str, str]  # a value as printed, and its column's unit from the header ("" when none)
+
+UNKNOWN = re.compile(r"\[.*\]|N/A|")
+HEADER_CELL = re.compile(r"([a-z][a-z_.]*)(?: \[([^\]]*)\])?")
+NUMBER = re.compile(r"([-+]?\d+(?:\.\d+)?)\s*([A-Za-z%]*)")
+TO_MIB = {"KiB": 1 / 1024, "GiB": 1024.0, "TiB": 1024.0**2}  # other units are taken as they are
+
+
+# ---- readings ----
+
+
+@dataclass(frozen=True)
+class Process:
+    """A compute process on a GPU, as nvidia-smi lists it (None: not reported)."""
+
+    pid: int | None
+    name: str | None
+    used_mib: float | None
+    gpu_uuid: str | None = None  # joins it to its GPU; not recorded
+
+    def record(self) -> dict[str, Any]:
+        return {"pid": self.pid, "name": self.name, "used_mib": self.used_mib}
+
+    def label(self) -> str:
+        """``pid 4242 (python3, 30000 MiB)``: the pid, the program's base name and the memory it holds."""
+        parts = [self.name.rsplit("/", 1)[-1]] if self.name else []
+        parts += [f"{self.used_mib:.0f} MiB"] if self.used_mib is not None else []
+        who = "an unknown pid" if self.pid is None else f"pid {self.pid}"
+        return f"{who} ({', '.join(parts)})" if parts else who
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One GPU as nvidia-smi reports it (None: not reported), with the processes on it."""
+
+    index: int
+    uuid: str | None
+    name: str | None
+    util_pct: float | None
+    mem_used_mib: float | None
+    mem_total_mib: float | None
+    temperature_c: float | None
+    power_w: float | None
+    power_limit_w: float | None
+    processes: tuple[Process, ...] = ()
+
+    @property
+    def free_mib(self) -> float | None:
+        if self.mem_used_mib is None or self.mem_total_mib is None:
+            return None
+        return max(self.mem_total_mib - self.mem_used_mib, 0.0)
+
+    @property
+    def score(self) -> float:
+        """0 (busy) to 1 (free): 0.6 * the free fraction of memory + 0.4 * the idle fraction; a part that
+        is not reported counts as not free."""
+        free = self.free_mib
+        free_part = free / self.mem_total_mib if free is not None and self.mem_total_mib else 0.0
+        idle_part = (100.0 - self.util_pct) / 100.0 if self.util_pct is not None else 0.0
+        return round(FREE_WEIGHT * _fraction(free_part) + IDLE_WEIGHT * _fraction(idle_part), 3)
+
+    def record(self) -> dict[str, Any]:
+        record = {key: value for key, value in asdict(self).items() if key != "processes"}
+        return {**record, "score": self.score, "processes": [p.record() for p in self.processes]}
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> Gpu:
+        readings = {key: _optional(record.get(key), float) for key in READINGS}
+        processes = tuple(
+            Process(
+                _optional(p.get("pid"), int),
+                _optional(p.get("name"), str),
+                _optional(p.get("used_mib"), float),
+            )
+            for p in record.get("processes", [])
+        )
+        name = _optional(record.get("name"), str)
+        return cls(
+            int(record["index"]), _optional(record.get("uuid"), str), name, **readings, processes=processes
+        )
+
+
+READINGS = ("util_pct", "mem_used_mib", "mem_total_mib", "temperature_c", "power_w", "power_limit_w")
+
+
+def _count(n: int, noun: str, plural: str = "s") -> str:
+    return f"{n} {noun}{'' if n == 1 else plural}"
+
+
+def _fraction(part: float) -> float:
+    return min(max(part, 0.0), 1.0)
+
+
+def _optional(value: Any, kind: Callable[[Any], Any]) -> Any:
+    return None if value is None else kind(value)
+
+
+# ---- nvidia-smi's CSV ----
+
+
+def _header(cells: Sequence[str], aliases: Mapping[str, str], fields: Sequence[str]) -> list[Cell] | None:
+    """The columns' names and units, when ``cells`` are a header line that names one of ``fields`` first."""
+    matches = [HEADER_CELL.fullmatch(cell) for cell in cells]
+    if not all(matches):
+        return None
+    columns = [(aliases.get(m.group(1), m.group(1)), m.group(2) or "") for m in matches if m]
+    return columns if columns[0][0] in fields else None
+
+
+def _merge(cells: list[str], at: int, width: int) -> list[str]:
+    """``cells`` cut back to ``width`` by joining the extra ones into cell ``at``: nvidia-smi never quotes,
+    so a comma in a name splits it."""
+    extra = len(cells) - width
+    if extra <= 0 or at >= width:
+        return cells
+    return [*cells[:at], ", ".join(cells[at : at + extra + 1]), *cells[at + extra + 1 :]]
+
+
+def parse_table(
+    text: str, fields: Sequence[str], aliases: Mapping[str, str], wide: str
+) -> list[dict[str, Cell]]:
+    """The rows of a ``--format=csv`` answer (with or without ``noheader`` and ``nounits``), each a mapping
+    of field to its cell. Columns are taken from the header when there is one, else in ``fields``' order;
+    ``wide`` is the column that may hold commas. Lines that are no record (too few fields, a warning, "No
+    running processes found") are left out."""
+    columns: list[Cell] = [(field, "") for field in fields]
+    rows = []
+    for line in text.splitlines():
+        cells = [cell.strip() for cell in line.split(",")]
+        header = _header(cells, aliases, fields)
+        if header is not None:
+            columns = header
+        elif len(cells) >= len(columns) > 1:
+            names = [name for name, _ in columns]
+            cells = _merge(cells, names.index(wide) if wide in names else len(names), len(names))
+            rows.append({name: (cell, unit) for (name, unit), cell in zip(columns, cells)})
+    return rows
+
+
+def number(cell: Cell | None, mib: bool = False) -> float | None:
+    """The number in a cell (``1234 MiB``, ``1234``, ``45 %``, ``250.00 W``), in MiB when ``mib``; None for
+    any form of unknown (``[N/A]``, ``[Not Supported]``, ``N/A``, empty, ...) or anything else."""
+    if cell is None:
+        return None
+    match = NUMBER.fullmatch(cell[0])
+    if match is None:
+        return None
+    value = float(match.group(1))
+    return value * TO_MIB.get(match.group(2) or cell[1], 1.0) if mib else value
+
+
+def text(cell: Cell | None) -> str | None:
+    return None if cell is None or UNKNOWN.fullmatch(cell[0]) else cell[0]
+
+
+def whole(cell: Cell | None) -> int | None:
+    value = number(cell)
+    return int(value) if value is not None and value.is_integer() else None
+
+
+def parse_gpus(answer: str) -> list[Gpu]:
+    """The GPUs in an answer to GPU_QUERY (rows without a whole index are left out)."""
+    gpus = []
+    for row in parse_table(answer, GPU_FIELDS, GPU_ALIASES, "name"):
+        index = whole(row.get("index"))
+        if index is not None:
+            gpus.append(
+                Gpu(
+                    index=index,
+                    uuid=text(row.get("uuid")),
+                    name=text(row.get("name")),
+                    util_pct=number(row.get("utilization.gpu")),
+                    mem_used_mib=number(row.get("memory.used"), mib=True),
+                    mem_total_mib=number(row.get("memory.total"), mib=True),
+                    temperature_c=number(row.get("temperature.gpu")),
+                    power_w=number(row.get("power.draw")),
+                    power_limit_w=number(row.get("power.limit")),
+                )
+            )
+    return gpus
+
+
+def parse_processes(answer: str) -> list[Process]:
+    """The processes in an answer to APPS_QUERY."""
+    processes = []
+    for row in parse_table(answer, APP_FIELDS, APP_ALIASES, "process_name"):
+        used = number(row.get("used_memory"), mib=True)
+        name, uuid = text(row.get("process_name")), text(row.get("gpu_uuid"))
+        processes.append(Process(whole(row.get("pid")), name, used, uuid))
+    return processes
+
+
+def attach(gpus: Sequence[Gpu], processes: Sequence[Process]) -> tuple[list[Gpu], list[Process]]:
+    """Each GPU with the processes whose GPU uuid is its own; and the processes on no GPU listed."""
+    uuids = {gpu.uuid for gpu in gpus if gpu.uuid}
+    held = [
+        replace(gpu, processes=tuple(p for p in processes if gpu.uuid and p.gpu_uuid == gpu.uuid))
+        for gpu in gpus
+    ]
+    return held, [p for p in processes if p.gpu_uuid not in uuids]
+
+
+# ---- running nvidia-smi ----
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What nvidia-smi said (stdout, or stderr when stdout is empty) and its exit status (None: it did not
+    answer in time)."""
+
+    status: int | None
+    output: str
+
+    def failure(self) -> str | None:
+        """One line saying how it failed, in its own words; None when it did not."""
+        if self.status is None:
+            return f"nvidia-smi did not answer within {NVIDIA_SMI_TIMEOUT_S:.0f} s"
+        if self.status == 0:
+            return None
+        said = " ".join(self.output.split()) or "nothing"
+        return f"nvidia-smi exited with status {self.status}: {said}"
+
+
+Query = Callable[[Sequence[str]], Optional[Answer]]
+
+
+def nvidia_smi(args: Sequence[str]) -> Answer | None:
+    """Runs ``nvidia-smi ARGS``; None when there is no nvidia-smi on PATH."""
+    path = shutil.which("nvidia-smi")
+    if path is None:
+        return None
+    try:
+        done = subprocess.run(
+            [path, *args],
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=NVIDIA_SMI_TIMEOUT_S,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return Answer(None, "")
+    except OSError as error:
+        return Answer(126, str(error))
+    return Answer(done.returncode, done.stdout if done.stdout.strip() else done.stderr)
+
+
+# ---- the checks ----
+
+
+@dataclass(frozen=True)
+class Finding:
+    severity: Severity  # "info", "warn" or "error"
+    gpu: int | None  # the GPU's index, None for the node
+    reason: str
+
+
+def judge(gpu: Gpu, min_free_mib: float) -> list[Finding]:
+    """What is wrong with one GPU: someone else's processes, too little free memory, readings it lacks."""
+    findings = []
+    if gpu.processes:
+        biggest = sorted(gpu.processes, key=lambda p: -(p.used_mib or 0.0))
+        more = f" and {_count(len(biggest) - 1, 'more process', 'es')}" if len(biggest) > 1 else ""
+        findings.append(Finding("error", gpu.index, f"GPU {gpu.index} is held by {biggest[0].label()}{more}"))
+    free = gpu.free_mib
+    if free is None:
+        reason = f"GPU {gpu.index} does not report its memory use: its free memory is unchecked"
+        findings.append(Finding("warn", gpu.index, reason))
+    elif free < min_free_mib:
+        reason = (
+            f"GPU {gpu.index} has {free:.0f} MiB free of {gpu.mem_total_mib:.0f} MiB, "
+            f"less than --min-free-gpu-mem {min_free_mib:.0f}"
+        )
+        findings.append(Finding("error", gpu.index, reason))
+    if gpu.util_pct is None:
+        reason = (
+            f"GPU {gpu.index} does not report its utilisation (as with MIG enabled); its score counts it busy"
+        )
+        findings.append(Finding("info", gpu.index, reason))
+    return findings
+
+
+def _processes(query: Query) -> tuple[list[Process], list[Finding]]:
+    answer = query(APPS_QUERY)
+    failure = "nvidia-smi is gone" if answer is None else answer.failure()
+    if answer is None or failure is not None:
+        return [], [Finding("warn", None, f"cannot list the processes on the GPUs: {failure}")]
+    return parse_processes(answer.output), []
+
+
+def observe(query: Query, wanted: int, min_free_mib: float) -> tuple[list[Gpu], list[Finding]]:
+    """One check: the GPUs nvidia-smi lists, with their processes, and the findings."""
+    answer = query(GPU_QUERY)
+    if answer is None:
+        return [], [Finding("info", None, "nvidia-smi not found")]
+    failure = answer.failure()
+    if failure is not None:
+        return [], [Finding("error", None, failure)]
+    processes, findings = _processes(query)
+    gpus, strays = attach(parse_gpus(answer.output), processes)
+    for gpu in gpus:
+        findings += judge(gpu, min_free_mib)
+    for process in strays:
+        reason = (
+            f"{process.label()} runs on {process.gpu_uuid or 'an unknown device'}, none of the GPUs listed"
+        )
+        findings.append(Finding("warn", None, reason))
+    if len(gpus) < wanted:
+        reason = f"{_count(len(gpus), 'GPU')} visible, the job asked for {wanted} per node"
+        findings.append(Finding("error", None, reason))
+    return gpus, findings
+
+
+def verdict(findings: Sequence[Finding], mode: str) -> str:
+    if any(f.severity == "error" for f in findings):
+        return "fail" if mode == "fail" else "warn"
+    return "warn" if any(f.severity == "warn" for f in findings) else "ok"
+
+
+# ---- preflight.jsonl ----
+
+
+@dataclass(frozen=True)
+class Check:
+    """One line of preflight.jsonl: one check of one node's GPUs."""
+
+    t: float  # epoch seconds
+    node: str
+    check: int  # 1 for the node's first check, 2 for the next (--wait-gpus), ...
+    final: bool  # the node's last check: no other line for it follows
+    gpus: tuple[Gpu, ...]
+    findings: tuple[Finding, ...]
+    verdict: str  # "ok", "warn" or "fail"
+
+    def line(self) -> str:
+        record = {
+            "t": self.t,
+            "node": self.node,
+            "check": self.check,
+            "final": self.final,
+            "gpus": [gpu.record() for gpu in self.gpus],
+            "findings": [asdict(finding) for finding in self.findings],
+            "verdict": self.verdict,
+        }
+        return json.dumps(record, separators=(",", ":")) + "\n"
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> Check:
+        findings = tuple(
+            Finding(str(f["severity"]), _optional(f.get("gpu"), int), str(f["reason"]))
+            for f in record["findings"]
+        )
+        gpus = tuple(Gpu.from_record(gpu) for gpu in record["gpus"])
+        t, check = float(record["t"]), int(record["check"])
+        return cls(
+            t, str(record["node"]), check, bool(record["final"]), gpus, findings, str(record["verdict"])
+        )
+
+
+def append_check(path: Path, check: Check) -> None:
+    """Appends ``check``'s line in one write, holding an flock on the file (NFS clients emulate O_APPEND,
+    so the lock keeps nodes that append at once from overwriting each other); written unlocked where
+    flock fails, as the timeline's writers do."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError as error:
+            print(f"raysub: {path.name} written without a lock: {error}", file=sys.stderr)
+        os.write(fd, check.line().encode())
+    finally:
+        os.close(fd)
+
+
+def read_checks(path: Path) -> list[Check]:
+    """Every whole check in ``path``, in file order ([] when there is none); a line still being written,
+    or one that is not a check, is left out."""
+    try:
+        lines = path.read_text(errors="replace").split("\n")[:-1]
+    except FileNotFoundError:
+        return []
+    checks = []
+    for line in lines:
+        try:
+            checks.append(Check.from_record(json.loads(line)))
+        except (ValueError, KeyError, TypeError, AttributeError):
+            continue
+    return checks
+
+
+# ---- the gate ----
+
+
+def first_error(check: Check, waited: float) -> str:
+    """The line the job ends with: the first error, how long the gate waited, how many more there are."""
+    errors = [f.reason for f in check.findings if f.severity == "error"]
+    line = errors[0] + (f", still after waiting {waited:.0f} s" if waited > 0 else "")
+    return line + (f" ({len(errors) - 1} more in {protocol.PREFLIGHT})" if len(errors) > 1 else "")
+
+
+def gate(
+    args: argparse.Namespace,
+    query: Query = nvidia_smi,
+    clock: Callable[[], float] = time.time,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Check:
+    """Checks the GPUs until no error remains or --wait-gpus has passed; each check goes to preflight.jsonl.
+    Returns the last check."""
+    path = protocol.LogDir(args.log_dir).file(protocol.PREFLIGHT)
+    deadline = clock() + args.wait_gpus
+    pause = FIRST_PAUSE_S
+    count = 0
+    while True:
+        count += 1
+        gpus, findings = observe(query, args.gpus, args.min_free_gpu_mem)
+        now = clock()
+        final = now >= deadline or not any(f.severity == "error" for f in findings)
+        check = Check(
+            round(now, 3), args.node, count, final, tuple(gpus), tuple(findings), verdict(findings, args.mode)
+        )
+        append_check(path, check)
+        if final:
+            return check
+        wait = min(pause, deadline - now)
+        print(
+            f"raysub preflight on {args.node}: {first_error(check, 0)}; next check in {wait:.0f} s",
+            file=sys.stderr,
+        )
+        sleep(wait)
+        pause = min(pause * 2, MAX_PAUSE_S)
+
+
+def _not_negative(value: str) -> float:
+    number = float(value)
+    if not number >= 0:
+        raise argparse.ArgumentTypeError(f"{value} is not a number >= 0")
+    return number
+
+
+def parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m raysub.node.preflight",
+        description=__doc__.split("\n\n")[0] if __doc__ else None,
+    )
+    parser.add_argument("--log-dir", type=Path, required=True)
+    parser.add_argument("--node", required=True, help="this node's name, for preflight.jsonl")
+    parser.add_argument("--gpus", type=int, required=True, help="the GPUs the job asked for on each node")
+    parser.add_argument(
+        "--mode",
+        choices=get_args(protocol.PreflightMode),
+        required=True,
+        help=f"off: check nothing; warn: say what is found; fail: and exit {GATE_FAILED}",
+    )
+    parser.add_argument(
+        "--min-free-gpu-mem",
+        type=_not_negative,
+        default=DEFAULT_MIN_FREE_MIB,
+        metavar="MIB",
+        help="a GPU with less free memory fails the gate (default: %(default).0f)",
+    )
+    parser.add_argument(
+        "--wait-gpus",
+        type=_not_negative,
+        default=0.0,
+        metavar="SECONDS",
+        help="check again, backing off, until the GPUs are free or this long has passed (default: 0)",
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse(argv)
+    if args.mode == "off":
+        return 0
+    try:
+        check = gate(args)
+    except Exception as error:  # its last word, on one line: the node script ends the job with it
+        print(*f"{type(error).__name__}: {error}".split(), flush=True)
+        raise
+    for finding in check.findings:
+        print(f"raysub preflight on {args.node}: {finding.severity}: {finding.reason}", file=sys.stderr)
+    if check.verdict == "fail":
+        print(first_error(check, args.wait_gpus), flush=True)
+        return GATE_FAILED
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

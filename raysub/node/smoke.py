@@ -1,0 +1,748 @@
+"""raysub's smoke test: proves a job's placement before the real run.
+
+Connects to the running Ray (RAY_ADDRESS, else "auto"), reserves one placement-group bundle per GPU
+({"GPU": 1, "CPU": 1}), or one per node ({"CPU": 1}) when the job has no GPUs, starts one actor in each
+bundle and checks what they report: every node of the cluster and every GPU slot got exactly one actor,
+and no two actors share a GPU of a node. With --allreduce the actors then run a torch.distributed
+all-reduce (NCCL where every actor sees a CUDA GPU, gloo otherwise) and its bandwidth is measured;
+without torch that part is skipped, unless --allreduce=required. The placement group is removed and the
+actors killed before the end, whatever happened; every wait is bounded by --timeout.
+
+The driver of a job rendered with ``raysub render --smoke`` (``python -m raysub.node.smoke``, run as the
+other node programs are), and ``raysub smoke`` in a shell of a running job. Prints a table, writes
+LOG_DIR/smoke.json (its writer and reader are here, beside the types they hold), and exits 0 when every
+check passed, 1 with a one-line reason on stderr when one did not (or Ray could not be reached), and 2
+for a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import sys
+import time
+import traceback
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from raysub import protocol
+
+FAILED = 1
+STRATEGIES = ("PACK", "SPREAD", "STRICT_SPREAD")
+# GPU bundles: PACK, as the real run's workers are usually placed (Ray Train's default); with as many
+# bundles as GPUs every GPU gets one either way. Per-node bundles: STRICT_SPREAD, the only strategy that
+# makes "one bundle on each node" a guarantee rather than a preference.
+GPU_STRATEGY = "PACK"
+NODE_STRATEGY = "STRICT_SPREAD"
+ALLREDUCE_MODES = ("optional", "required")
+BUNDLE_CPUS = 1  # what a training worker takes by default (Ray Train's {"CPU": 1, "GPU": 1})
+TIMEOUT_S = 120.0
+ALLREDUCE_MIB = 64.0
+ALLREDUCE_ITERATIONS = 5
+HEAD_RESOURCE = "node:__internal_head__"  # Ray gives this resource to the head node only
+
+
+@dataclass(frozen=True)
+class Options:
+    """What the smoke test expects of the cluster (None: whatever Ray has) and how it tests it."""
+
+    nodes: int | None = None
+    gpus_per_node: int | None = None
+    head_gpus: int | None = None  # None: --gpus-per-node (a --dedicated-head job has 0)
+    strategy: str | None = None  # None: GPU_STRATEGY or NODE_STRATEGY, for the kind of bundle
+    allreduce: str | None = None  # None: no all-reduce; else one of ALLREDUCE_MODES
+    allreduce_mib: float = ALLREDUCE_MIB
+    timeout: float = TIMEOUT_S
+
+
+@dataclass(frozen=True)
+class Node:
+    """An alive node of Ray: its id, name (raysub starts Ray with the Slurm node name), IP and GPUs."""
+
+    node_id: str
+    name: str
+    ip: str
+    gpus: int
+    head: bool = False
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where the actor of bundle ``bundle`` runs and which GPUs it sees."""
+
+    bundle: int
+    node_id: str
+    node: str  # the Ray node's name
+    hostname: str
+    ip: str
+    gpu_ids: tuple[str, ...]
+    cuda_visible_devices: str | None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The placement group to make: ``count`` bundles of ``resources``, placed by ``strategy``."""
+
+    gpus: bool  # one bundle per GPU; otherwise one per node
+    strategy: str
+    count: int
+    resources: dict[str, float]
+
+
+@dataclass(frozen=True)
+class AllReduce:
+    """The all-reduce's outcome. status: "off" (not asked), "ok", "skipped" (no torch) or "failed".
+    ``seconds`` is one all-reduce of ``bytes`` on the slowest rank; the bandwidths are in GB/s (1e9),
+    the bus bandwidth as nccl-tests counts it (what each rank sends and receives)."""
+
+    status: str = "off"
+    reason: str = ""
+    backend: str | None = None
+    world_size: int = 0
+    bytes: int = 0
+    seconds: float | None = None
+    algbw_gbps: float | None = None
+    busbw_gbps: float | None = None
+
+    @property
+    def failed(self) -> bool:
+        return self.status == "failed"
+
+
+@dataclass(frozen=True)
+class Report:
+    """smoke.json: the outcome, what was asked of Ray, where each actor ran, what was wrong."""
+
+    ok: bool
+    strategy: str | None
+    bundles: int
+    bundle_resources: dict[str, float]
+    nodes: list[Node]
+    actors: list[Placement]
+    problems: list[str]
+    allreduce: AllReduce = field(default_factory=AllReduce)
+    t: float = field(default_factory=time.time)
+
+    @property
+    def reason(self) -> str:
+        """Why the smoke test failed, on one line ("" when it passed)."""
+        reasons = [*self.problems, *([self.allreduce.reason] if self.allreduce.failed else [])]
+        if not reasons:
+            return ""
+        more = f" (and {len(reasons) - 1} more problems)" if len(reasons) > 1 else ""
+        return one_line(reasons[0]) + more
+
+
+def one_line(text: object, limit: int = 400) -> str:
+    """An error message on one line, cut at ``limit`` characters (Ray's run to pages)."""
+    words = " ".join(str(text).split())
+    return words if len(words) <= limit else words[: limit - 1] + "…"
+
+
+def make_report(
+    plan: Plan | None,
+    nodes: list[Node],
+    actors: list[Placement],
+    problems: list[str],
+    allreduce: AllReduce | None = None,
+) -> Report:
+    allreduce = allreduce or AllReduce()
+    return Report(
+        ok=not problems and not allreduce.failed,
+        strategy=plan.strategy if plan else None,
+        bundles=plan.count if plan else 0,
+        bundle_resources=dict(plan.resources) if plan else {},
+        nodes=nodes,
+        actors=sorted(actors, key=lambda p: p.bundle),
+        problems=problems,
+        allreduce=allreduce,
+    )
+
+
+# ---- smoke.json: the writer and the reader ----
+
+
+def report_path(log_dir: str | os.PathLike[str] | None) -> Path | None:
+    """LOG_DIR/smoke.json, for ``log_dir`` or else the job's LOG_DIR (set for the driver); None outside
+    a job, where nothing is written."""
+    directory = log_dir if log_dir is not None else os.environ.get(protocol.ENV_LOG_DIR)
+    return Path(directory) / protocol.SMOKE if directory else None
+
+
+def report_json(report: Report) -> str:
+    return json.dumps(asdict(report), indent=1) + "\n"
+
+
+def write_report(path: Path, report: Report) -> None:
+    """``report`` into ``path`` atomically (a reader never sees half of it)."""
+    protocol.write_atomic(path, report_json(report))
+
+
+def read_report(path: Path) -> Report | None:
+    """smoke.json as written by write_report; None when it is missing or not such a report."""
+    try:
+        record = json.loads(path.read_text())
+        return Report(
+            ok=bool(record["ok"]),
+            strategy=record["strategy"],
+            bundles=int(record["bundles"]),
+            bundle_resources=dict(record["bundle_resources"]),
+            nodes=[Node(**node) for node in record["nodes"]],
+            actors=[Placement(**{**a, "gpu_ids": tuple(a["gpu_ids"])}) for a in record["actors"]],
+            problems=[str(problem) for problem in record["problems"]],
+            allreduce=AllReduce(**record["allreduce"]),
+            t=float(record["t"]),
+        )
+    except FileNotFoundError:
+        return None
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+# ---- what to place, and the checks: pure functions of what Ray says ----
+
+
+def alive_nodes(table: Sequence[Mapping[str, Any]]) -> list[Node]:
+    """The alive nodes of ``ray.nodes()``, by name."""
+    nodes = [
+        Node(
+            node_id=entry["NodeID"],
+            name=entry.get("NodeName") or entry["NodeManagerAddress"],
+            ip=entry["NodeManagerAddress"],
+            gpus=int(entry.get("Resources", {}).get("GPU", 0)),
+            head=HEAD_RESOURCE in entry.get("Resources", {}),
+        )
+        for entry in table
+        if entry.get("Alive")
+    ]
+    return sorted(nodes, key=lambda node: (not node.head, node.name))
+
+
+def expected_gpus(node: Node, options: Options) -> int | None:
+    """The GPUs ``node`` should advertise (None: not said)."""
+    if options.gpus_per_node is None:
+        return None
+    if node.head and options.head_gpus is not None:
+        return options.head_gpus
+    return options.gpus_per_node
+
+
+def gpu_slots(nodes: list[Node], options: Options) -> int:
+    """How many GPUs the job should have: --gpus-per-node on each of --nodes (the head's own count with
+    --head-gpus), or else what Ray's nodes advertise."""
+    if options.gpus_per_node is None:
+        return sum(node.gpus for node in nodes)
+    count = options.nodes if options.nodes is not None else len(nodes)
+    head = options.gpus_per_node if options.head_gpus is None else options.head_gpus
+    return head + max(count - 1, 0) * options.gpus_per_node
+
+
+def plan(nodes: list[Node], options: Options) -> Plan:
+    """One bundle per GPU slot, or per node when the job has no GPUs."""
+    slots = gpu_slots(nodes, options)
+    if slots > 0:
+        return Plan(True, options.strategy or GPU_STRATEGY, slots, {"GPU": 1, "CPU": BUNDLE_CPUS})
+    count = options.nodes if options.nodes is not None else len(nodes)
+    return Plan(False, options.strategy or NODE_STRATEGY, count, {"CPU": BUNDLE_CPUS})
+
+
+def node_problems(nodes: list[Node], options: Options, job_nodes: Sequence[str] = ()) -> list[str]:
+    """Ray's nodes against what the job expects: how many, which (``job_nodes``: the job's node names,
+    when known), and the GPUs each advertises."""
+    problems = []
+    if options.nodes is not None and len(nodes) != options.nodes:
+        missing = sorted(set(job_nodes) - {node.name for node in nodes})
+        which = f"; not in Ray: {' '.join(missing)}" if missing else ""
+        problems.append(f"{options.nodes} nodes expected, {len(nodes)} alive in Ray{which}")
+    for node in nodes:
+        want = expected_gpus(node, options)
+        if want is not None and node.gpus != want:
+            problems.append(f"{node.name} advertises {node.gpus} GPUs to Ray, not {want}")
+    return problems
+
+
+def strategy_problems(planned: Plan, nodes: list[Node]) -> list[str]:
+    """A placement that cannot exist on this cluster, said before asking Ray for it."""
+    if planned.strategy == "STRICT_SPREAD" and planned.count > len(nodes):
+        return [
+            f"STRICT_SPREAD puts each bundle on a node of its own: {planned.count} bundles need "
+            f"{planned.count} nodes and Ray has {len(nodes)} (use PACK or SPREAD for one bundle per GPU)"
+        ]
+    return []
+
+
+def placement_problems(nodes: list[Node], actors: list[Placement], gpus: bool) -> list[str]:
+    """Where the actors landed against the cluster: every GPU slot (or every node) exactly once."""
+    known = {node.node_id for node in nodes}
+    problems = [
+        f"bundle {a.bundle} runs on node {a.node_id}, which is not alive in Ray"
+        for a in actors
+        if a.node_id not in known
+    ]
+    return problems + (gpu_problems(nodes, actors) if gpus else per_node_problems(nodes, actors))
+
+
+def gpu_problems(nodes: list[Node], actors: list[Placement]) -> list[str]:
+    """Each actor sees one GPU, no GPU of a node is seen by two actors, and every GPU has an actor."""
+    problems = []
+    holders: dict[tuple[str, str], list[int]] = {}
+    for actor in actors:
+        if len(actor.gpu_ids) != 1:
+            ids = ",".join(actor.gpu_ids) or "none"
+            problems.append(
+                f"bundle {actor.bundle} on {actor.node} sees {len(actor.gpu_ids)} GPUs ({ids}), not 1"
+            )
+        for gpu in actor.gpu_ids:
+            holders.setdefault((actor.node_id, gpu), []).append(actor.bundle)
+    names = {node.node_id: node.name for node in nodes}
+    for (node_id, gpu), bundles in sorted(holders.items()):
+        if len(bundles) > 1:
+            shared = ", ".join(map(str, sorted(bundles)))
+            problems.append(f"GPU {gpu} of {names.get(node_id, node_id)} is shared by bundles {shared}")
+    for node in nodes:
+        held = sorted(gpu for node_id, gpu in holders if node_id == node.node_id)
+        if node.gpus and not held:
+            problems.append(f"{node.name} got no actor (it has {node.gpus} GPUs)")
+        elif len(held) < node.gpus:
+            problems.append(
+                f"{node.name}: {len(held)} of its {node.gpus} GPUs got an actor (GPU ids {','.join(held)})"
+            )
+    return problems
+
+
+def per_node_problems(nodes: list[Node], actors: list[Placement]) -> list[str]:
+    """Without GPUs: exactly one actor on every node."""
+    problems = []
+    for node in nodes:
+        bundles = sorted(a.bundle for a in actors if a.node_id == node.node_id)
+        if not bundles:
+            problems.append(f"{node.name} got no actor")
+        elif len(bundles) > 1:
+            problems.append(
+                f"{node.name} got {len(bundles)} actors (bundles {', '.join(map(str, bundles))}), not 1"
+            )
+    return problems
+
+
+def allreduce_backend(torches: Sequence[Mapping[str, Any]], gpus: bool) -> str:
+    """NCCL when every actor has a GPU and a CUDA torch, gloo otherwise."""
+    return "nccl" if gpus and all(t.get("cuda") for t in torches) else "gloo"
+
+
+def without_torch(
+    torches: Mapping[int, Mapping[str, Any]], placements: Sequence[Placement], mode: str
+) -> AllReduce | None:
+    """The all-reduce's outcome when some actor's Python has no torch (``torches``: each bundle's answer):
+    skipped, or failed with --allreduce=required. None when every one has torch."""
+    node_of = {p.bundle: p.node for p in placements}
+    lacking = sorted({node_of.get(k, f"bundle {k}") for k, t in torches.items() if t.get("version") is None})
+    if not lacking:
+        return None
+    reason = f"torch is not installed with Ray's Python on {', '.join(lacking)}"
+    if mode == "required":
+        return AllReduce("failed", reason + " (--allreduce=required)")
+    return AllReduce("skipped", reason)
+
+
+def allreduce_result(timings: Sequence[Mapping[str, Any]], backend: str, nbytes: int) -> AllReduce:
+    """The all-reduce from every rank's answer: correct sums, and the slowest rank's time."""
+    world = len(timings)
+    wrong = [str(rank) for rank, t in enumerate(timings) if t["value"] != world]
+    if wrong:
+        reason = f"the all-reduce summed wrong on ranks {','.join(wrong)} (expected {world})"
+        return AllReduce("failed", reason, backend, world, nbytes)
+    seconds = max(float(t["seconds"]) for t in timings)
+    algbw = nbytes / seconds / 1e9 if seconds > 0 else None
+    busbw = algbw * 2 * (world - 1) / world if algbw is not None else None
+    return AllReduce("ok", "", backend, world, nbytes, seconds, algbw, busbw)
+
+
+# ---- the actor in each bundle (its code travels to the nodes by value: a node needs Ray, not raysub) ----
+
+
+class Probe:
+    """Reports where it runs; takes part in the all-reduce. Uses only the standard library, ray and torch."""
+
+    def where(self) -> dict[str, Any]:
+        import ray
+
+        return {
+            "hostname": socket.gethostname(),
+            "ip": ray.util.get_node_ip_address(),
+            "node_id": ray.get_runtime_context().get_node_id(),
+            "gpu_ids": [str(gpu) for gpu in ray.get_gpu_ids()],
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        }
+
+    def torch(self) -> dict[str, Any]:
+        """torch's version (None without torch) and whether it sees a CUDA GPU."""
+        try:
+            import torch
+        except ImportError:
+            return {"version": None, "cuda": False}
+        return {"version": str(torch.__version__), "cuda": bool(torch.cuda.is_available())}
+
+    def rendezvous(self) -> str:
+        """``host:port`` on this node, free a moment ago, for rank 0 of the all-reduce to listen on."""
+        import ray
+
+        ip = ray.util.get_node_ip_address()
+        family = socket.AF_INET6 if ":" in ip else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.bind((ip, 0))
+            port = probe.getsockname()[1]
+        return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
+
+    def allreduce(
+        self, rank: int, world: int, address: str, backend: str, nbytes: int, timeout: float
+    ) -> dict[str, Any]:
+        return timed_allreduce(rank, world, address, backend, nbytes, timeout)
+
+
+def timed_allreduce(
+    rank: int, world: int, address: str, backend: str, nbytes: int, timeout: float
+) -> dict[str, Any]:
+    """One rank: a first all-reduce of ones (which makes the connections; every element must come back
+    as ``world``), then ALLREDUCE_ITERATIONS timed ones. Returns the sum seen and seconds per all-reduce."""
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group(
+        backend,
+        init_method=f"tcp://{address}",
+        rank=rank,
+        world_size=world,
+        timeout=datetime.timedelta(seconds=timeout),
+    )
+    try:
+        device = torch.device("cuda", 0) if backend == "nccl" else torch.device("cpu")
+        tensor = torch.ones(max(nbytes // 4, 1), dtype=torch.float32, device=device)
+        dist.all_reduce(tensor)
+        low, high = tensor.min().item(), tensor.max().item()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        started = time.perf_counter()
+        for _ in range(ALLREDUCE_ITERATIONS):
+            dist.all_reduce(tensor)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        seconds = (time.perf_counter() - started) / ALLREDUCE_ITERATIONS
+    finally:
+        dist.destroy_process_group()
+    return {"value": low if low != world else high, "seconds": seconds}
+
+
+# ---- the run: needs Ray ----
+
+
+def gather(refs: Sequence[Any], timeout: float, what: str) -> tuple[dict[int, Any], list[str]]:
+    """Every answer that came within ``timeout`` s, by index; a problem for each that failed, and one for
+    those that did not answer. All are awaited together (ray.wait), so the wait is ``timeout`` at most."""
+    import ray
+
+    if not refs:
+        return {}, []
+    index = {ref: k for k, ref in enumerate(refs)}
+    ready, pending = ray.wait(list(refs), num_returns=len(refs), timeout=timeout)
+    answers, problems = {}, []
+    for ref in ready:
+        try:
+            answers[index[ref]] = ray.get(ref, timeout=timeout)
+        except Exception as error:
+            problems.append(f"bundle {index[ref]}: {what} failed: {one_line(error)}")
+    if pending:
+        late = ",".join(str(k) for k in sorted(index[ref] for ref in pending))
+        problems.append(f"bundles {late}: no answer within {timeout:g} s ({what})")
+    return answers, problems
+
+
+class Session:
+    """The placement group and its actors, removed and killed by close() whatever happened."""
+
+    def __init__(self, planned: Plan, timeout: float) -> None:
+        self.plan = planned
+        self.timeout = timeout
+        self.group: Any = None
+        self.actors: list[Any] = []
+
+    def place(self, nodes: list[Node]) -> tuple[list[Placement], list[str]]:
+        """The placement group, one actor per bundle, and where each actor says it runs."""
+        import ray
+        from ray import cloudpickle
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        if __name__ != "__main__":  # run as a program, the classes are in __main__: pickled by value already
+            cloudpickle.register_pickle_by_value(sys.modules[__name__])
+        planned = self.plan
+        bundles = [dict(planned.resources) for _ in range(planned.count)]
+        self.group = placement_group(bundles, strategy=planned.strategy, name=f"raysub-smoke-{os.getpid()}")
+        if not self.group.wait(self.timeout):
+            return [], [self.unplaced(ray.cluster_resources())]
+        actor = ray.remote(Probe)
+        for k in range(planned.count):
+            where = PlacementGroupSchedulingStrategy(
+                placement_group=self.group, placement_group_bundle_index=k
+            )
+            options = {"num_cpus": BUNDLE_CPUS, "num_gpus": 1 if planned.gpus else 0, "max_restarts": 0}
+            self.actors.append(actor.options(scheduling_strategy=where, **options).remote())
+        answers, problems = gather([a.where.remote() for a in self.actors], self.timeout, "where it runs")
+        names = {node.node_id: node.name for node in nodes}
+        placements = [placement(k, answer, names) for k, answer in answers.items()]
+        return placements, problems
+
+    def unplaced(self, cluster: Mapping[str, float]) -> str:
+        shape = json.dumps(self.plan.resources)
+        has = ", ".join(f"{cluster.get(key, 0):g} {key}" for key in self.plan.resources)
+        return (
+            f"Ray could not place {self.plan.count} bundles of {shape} ({self.plan.strategy}) within "
+            f"{self.timeout:g} s; the cluster has {has}"
+        )
+
+    def allreduce(self, mode: str, nbytes: int, placements: Sequence[Placement]) -> AllReduce:
+        """The actors' all-reduce: skipped (or failed, when required) unless every actor has torch."""
+        torches, problems = gather([a.torch.remote() for a in self.actors], self.timeout, "torch's version")
+        if problems:
+            return AllReduce("failed", problems[0])
+        lacking = without_torch(torches, placements, mode)
+        if lacking is not None:
+            return lacking
+        backend = allreduce_backend(list(torches.values()), self.plan.gpus)
+        address, problems = gather([self.actors[0].rendezvous.remote()], self.timeout, "a free port")
+        if problems:
+            return AllReduce("failed", problems[0], backend, len(self.actors), nbytes)
+        world = len(self.actors)
+        calls = [
+            a.allreduce.remote(k, world, address[0], backend, nbytes, self.timeout)
+            for k, a in enumerate(self.actors)
+        ]
+        timings, problems = gather(calls, self.timeout, "the all-reduce")
+        if problems:
+            return AllReduce("failed", problems[0], backend, world, nbytes)
+        return allreduce_result([timings[k] for k in range(world)], backend, nbytes)
+
+    def close(self) -> None:
+        """Kill the actors and remove the placement group (explicitly: never left to garbage collection)."""
+        import ray
+        from ray.util.placement_group import remove_placement_group
+
+        for actor in self.actors:
+            try:
+                ray.kill(actor, no_restart=True)
+            except Exception as error:  # already dead: nothing to kill
+                print(f"raysub smoke: could not kill an actor: {one_line(error)}", file=sys.stderr)
+        self.actors = []
+        if self.group is not None:
+            remove_placement_group(self.group)
+            self.group = None
+
+
+def placement(bundle: int, answer: Mapping[str, Any], names: Mapping[str, str]) -> Placement:
+    return Placement(
+        bundle=bundle,
+        node_id=answer["node_id"],
+        node=names.get(answer["node_id"], answer["hostname"]),
+        hostname=answer["hostname"],
+        ip=answer["ip"],
+        gpu_ids=tuple(answer["gpu_ids"]),
+        cuda_visible_devices=answer["cuda_visible_devices"],
+    )
+
+
+def run(options: Options) -> Report:
+    """The smoke test against the Ray this process is connected to."""
+    import ray
+
+    nodes = alive_nodes(ray.nodes())
+    planned = plan(nodes, options)
+    job_nodes = os.environ.get(protocol.ENV_NODE_LIST, "").split()
+    problems = node_problems(nodes, options, job_nodes)
+    impossible = strategy_problems(planned, nodes)
+    if impossible:
+        return make_report(planned, nodes, [], problems + impossible)
+    session = Session(planned, options.timeout)
+    allreduce = AllReduce()
+    actors: list[Placement] = []
+    try:
+        actors, failures = session.place(nodes)
+        problems += failures
+        if actors:  # none: the placement group or every actor failed, and that problem is said already
+            problems += placement_problems(nodes, actors, planned.gpus)
+        if options.allreduce and not failures and actors:
+            allreduce = session.allreduce(options.allreduce, int(options.allreduce_mib * 2**20), actors)
+    except Exception as error:  # a Ray error the checks did not foresee: still a report, with its traceback
+        traceback.print_exc()
+        problems.append(f"the smoke test stopped: {type(error).__name__}: {one_line(error)}")
+    finally:
+        session.close()
+    return make_report(planned, nodes, actors, problems, allreduce)
+
+
+def gcs_answers(address: str, timeout: float) -> None:
+    """Raises OSError unless the GCS at ``address`` (``host:port``) takes a connection within ``timeout``
+    s: ray.init retries a dead address for minutes. Other forms ("auto", ray://) are left to ray.init."""
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit() or "/" in address:
+        return
+    with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+        return
+
+
+def smoke(options: Options) -> Report:
+    """Connect to the running Ray (unless this process already is), run, disconnect."""
+    import logging
+
+    import ray
+
+    if ray.is_initialized():
+        return run(options)
+    address = os.environ.get("RAY_ADDRESS") or "auto"
+    try:
+        gcs_answers(address, options.timeout)
+        ray.init(address=address, logging_level=logging.WARNING)
+    except Exception as error:
+        reason = f"cannot connect to Ray at {address} (inside a job RAY_ADDRESS is set): {one_line(error)}"
+        return make_report(None, [], [], [reason])
+    try:
+        return run(options)
+    finally:
+        ray.shutdown()
+
+
+# ---- printing ----
+
+
+def table(report: Report) -> str:
+    """Where each actor ran, then the all-reduce (when asked), the problems and the verdict."""
+    rows = [("bundle", "node", "IP", "GPU ids", "CUDA_VISIBLE_DEVICES")]
+    rows += [
+        (str(a.bundle), a.node, a.ip, ",".join(a.gpu_ids) or "-", a.cuda_visible_devices or "-")
+        for a in report.actors
+    ]
+    widths = [max(len(row[k]) for row in rows) for k in range(len(rows[0]))]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
+    if not report.actors:
+        lines = ["no actor ran"]
+    if report.allreduce.status != "off":
+        lines.append(describe_allreduce(report.allreduce))
+    lines += [f"problem: {problem}" for problem in report.problems]
+    lines.append(verdict(report))
+    return "\n".join(lines)
+
+
+def verdict(report: Report) -> str:
+    word = "ok" if report.ok else "FAILED"
+    if not report.bundles:
+        return word
+    kind = "GPU" if "GPU" in report.bundle_resources else "node"
+    nodes = len({a.node_id for a in report.actors})
+    return (
+        f"{word}: {len(report.actors)} of {report.bundles} bundles (one per {kind}, {report.strategy}) "
+        f"placed on {nodes} of {len(report.nodes)} nodes"
+    )
+
+
+def describe_allreduce(result: AllReduce) -> str:
+    if result.status != "ok":
+        return f"all-reduce: {result.status}: {result.reason}"
+    size = result.bytes / 2**20
+    return (
+        f"all-reduce: {result.backend}, {result.world_size} ranks, {size:g} MiB in "
+        f"{(result.seconds or 0) * 1e3:.1f} ms: bus bandwidth {result.busbw_gbps or 0:.2f} GB/s "
+        f"(algorithm bandwidth {result.algbw_gbps or 0:.2f} GB/s)"
+    )
+
+
+# ---- the program ----
+
+
+def whole(minimum: int) -> Any:
+    """An argparse type: a whole number of at least ``minimum``."""
+
+    def convert(text: str) -> int:
+        value = int(text)
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, not {value}")
+        return value
+
+    return convert
+
+
+def positive(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be above 0, not {text}")
+    return value
+
+
+def parse(argv: Sequence[str] | None) -> tuple[Options, Path | None]:
+    parser = argparse.ArgumentParser(
+        prog="python -m raysub.node.smoke",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--log-dir",
+        help=f"the job's LOG_DIR, to write {protocol.SMOKE} into (default: ${protocol.ENV_LOG_DIR}, "
+        "set for a job's driver; without either nothing is written)",
+    )
+    parser.add_argument(
+        "--nodes", type=whole(1), help="nodes the cluster should have (default: those in Ray)"
+    )
+    parser.add_argument(
+        "--gpus-per-node",
+        type=whole(0),
+        help="GPUs each node should advertise (default: what each does); 0: one bundle per node",
+    )
+    parser.add_argument(
+        "--head-gpus", type=whole(0), help="GPUs the head should advertise (default: --gpus-per-node)"
+    )
+    parser.add_argument(
+        "--strategy",
+        type=str.upper,
+        choices=STRATEGIES,
+        help=f"the placement group's strategy (default: {GPU_STRATEGY} for one bundle per GPU, "
+        f"{NODE_STRATEGY} for one per node)",
+    )
+    parser.add_argument(
+        "--allreduce",
+        nargs="?",
+        const="optional",
+        choices=ALLREDUCE_MODES,
+        help="also all-reduce across the actors; skipped without torch, unless --allreduce=required",
+    )
+    parser.add_argument("--allreduce-mib", type=positive, default=ALLREDUCE_MIB, help="the all-reduce's size")
+    parser.add_argument("--timeout", type=positive, default=TIMEOUT_S, help="seconds any one wait may take")
+    args = parser.parse_args(argv)
+    options = Options(
+        args.nodes,
+        args.gpus_per_node,
+        args.head_gpus,
+        args.strategy,
+        args.allreduce,
+        args.allreduce_mib,
+        args.timeout,
+    )
+    return options, report_path(args.log_dir)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    options, path = parse(argv)
+    report = smoke(options)
+    print(table(report), flush=True)
+    if path is not None:
+        write_report(path, report)
+    if not report.ok:
+        print(f"raysub smoke: {report.reason}", file=sys.stderr)
+        return FAILED
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
