@@ -2,6 +2,7 @@
 
 import subprocess
 import sys
+from pathlib import Path
 
 from click.testing import CliRunner
 
@@ -35,3 +36,16 @@ def test_importing_the_cli_does_not_import_ray() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout == "[]\n"
+
+
+def test_the_cli_startup_benchmark_runs() -> None:
+    # Its timing target is for the table it prints, not for this test: this keeps it working, and no
+    # command it times may import ray.
+    out = subprocess.run(
+        [sys.executable, "benchmarks/cli_startup.py", "--repeats", "1"],
+        cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    rows = out.stdout.splitlines()[1:]
+    commands = ["raysub --help", "raysub render --nodes 64", "raysub status"]
+    assert [row.split("  ")[0] for row in rows] == commands
+    assert all(row.endswith(" no") for row in rows), out.stdout

@@ -1,0 +1,173 @@
+"""Bring-up side by side on the minicluster (root): raysub against what users would otherwise pick.
+
+For each N it submits, in turn, (a) a job rendered by `raysub render`, (b) the pattern of Ray's documented
+Slurm example (benchmarks/baselines/ray_docs.sbatch: head srun, a fixed sleep, one srun per worker with a
+sleep each, the driver in the batch script) and (c) the bare limit (benchmarks/baselines/bare.sbatch: head
+srun and ONE batched worker srun at once, a readiness file, no supervision). All run the same driver, which
+notes when it saw every node alive. Medians over the repeats of: sbatch -> the driver sees all nodes,
+driver exit -> job gone, job total, job steps; then raysub/bare and baseline/raysub.
+
+    .venv/bin/python benchmarks/bringup_vs.py [--nodes 1,2,4,8] [--repeats 3]
+        [--json benchmarks/results/bringup_vs.json] [--plot docs/bringup.png]
+
+It brings the minicluster up with enough nodes if it is down, and takes it down again at the end in that
+case. The plot needs matplotlib (pip install 'raysub[bench]').
+"""
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from raysub import protocol  # noqa: E402
+from tests.support.minicluster import MiniCluster  # noqa: E402
+
+BASELINES = REPO / "benchmarks" / "baselines"
+KINDS = ("raysub", "ray_docs", "bare")
+
+# Every kind runs this driver: it notes when it started and when it saw every node alive, then exits.
+DRIVER = """
+import sys, time
+started = time.time()
+import ray
+ray.init()
+nodes = int(sys.argv[1])
+while sum(n["Alive"] for n in ray.nodes()) < nodes:
+    time.sleep(0.05)
+print(f"TIMES {started} {time.time()}", flush=True)
+"""
+
+
+@dataclass
+class Run:
+    kind: str
+    nodes: int
+    whole: float  # sbatch -> the driver saw every node alive
+    gone: float  # the driver's exit -> the job left the queue
+    total: float  # sbatch -> the job left the queue
+    steps: int
+
+
+def job_script(cluster: MiniCluster, kind: str, nodes: int) -> str:
+    if kind == "raysub":
+        render = ["raysub", "render", "--nodes", str(nodes), "--gpus-per-node", "0"]
+        return cluster.run(*render, "--", "python", "driver.py", str(nodes)).stdout
+    return (BASELINES / f"{kind}.sbatch").read_text()
+
+
+def run_job(cluster: MiniCluster, kind: str, nodes: int, work: Path) -> Run:
+    work.mkdir()
+    (work / "driver.py").write_text(DRIVER)
+    (work / "job.sub").write_text(job_script(cluster, kind, nodes))
+    submitted = time.time()
+    job_id = cluster.sbatch(work / "job.sub", f"--nodes={nodes}", "--time=5", "--exclusive", cwd=work)
+    while cluster.is_queued(job_id):
+        time.sleep(0.05)
+    left = time.time()
+    result = cluster.job(job_id)
+    if result.exit_code != 0:
+        raise RuntimeError(f"{kind} job {job_id} failed: {result}; see {work}")
+    if kind == "raysub":
+        logs = protocol.LogDir.of(work, job_id)
+        driver_log, driver_end = logs.driver_log, logs.file(protocol.DRIVER_EXIT_CODE).stat().st_mtime
+    else:
+        driver_log, driver_end = work / "driver.log", (work / "driver_done").stat().st_mtime
+    line = next(line for line in driver_log.read_text().splitlines() if line.startswith("TIMES "))
+    whole = float(line.split()[2])
+    return Run(kind, nodes, whole - submitted, left - driver_end, left - submitted, cluster.steps(job_id))
+
+
+def medians(runs: list[Run], kind: str, nodes: int) -> dict[str, float]:
+    mine = [r for r in runs if r.kind == kind and r.nodes == nodes]
+    return {f: statistics.median(getattr(r, f) for r in mine) for f in ("whole", "gone", "total", "steps")}
+
+
+def table(runs: list[Run], counts: list[int]) -> tuple[str, list[dict[str, object]]]:
+    lines = [
+        "Medians in seconds. whole: sbatch -> the driver saw every node; gone: driver exit -> job gone;",
+        "total: sbatch -> job gone. raysub/bare compares 'whole'; so does baseline/raysub.",
+        f"{'N':>2} {'kind':<9}{'whole':>8}{'gone':>8}{'total':>8}{'steps':>7}{'vs bare':>9}{'vs raysub':>10}",
+    ]
+    rows: list[dict[str, object]] = []
+    for nodes in counts:
+        per_kind = {kind: medians(runs, kind, nodes) for kind in KINDS}
+        for kind in KINDS:
+            m = per_kind[kind]
+            vs_bare = m["whole"] / per_kind["bare"]["whole"]
+            vs_raysub = m["whole"] / per_kind["raysub"]["whole"]
+            lines.append(
+                f"{nodes:>2} {kind:<9}{m['whole']:>8.2f}{m['gone']:>8.2f}{m['total']:>8.2f}{m['steps']:>7.0f}"
+                f"{vs_bare:>8.2f}x{vs_raysub:>9.2f}x"
+            )
+            rows.append({"nodes": nodes, "kind": kind, **m, "vs_bare": vs_bare, "vs_raysub": vs_raysub})
+    return "\n".join(lines), rows
+
+
+def plot(rows: list[dict[str, object]], path: Path) -> None:
+    """Bring-up time and job steps against N, one line per kind."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    for kind in KINDS:
+        mine = [r for r in rows if r["kind"] == kind]
+        nodes = [r["nodes"] for r in mine]
+        left.plot(nodes, [r["whole"] for r in mine], marker="o", label=kind)
+        right.plot(nodes, [r["steps"] for r in mine], marker="o", label=kind)
+    left.set(xlabel="nodes", ylabel="seconds, sbatch -> driver sees every node", title="Bring-up")
+    right.set(xlabel="nodes", ylabel="job steps (srun calls)", title="Job steps")
+    for axes in (left, right):
+        axes.legend()
+        axes.grid(alpha=0.3)
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=100)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--nodes", default="1,2,4,8")
+    parser.add_argument("--json", type=Path, help="write the medians and every run here")
+    parser.add_argument("--plot", type=Path, help="draw bring-up time and job steps against N here (PNG)")
+    args = parser.parse_args()
+    counts = [int(n) for n in args.nodes.split(",")]
+    cluster = MiniCluster(REPO / ".minicluster", nodes=max(4, *counts))
+    was_up = cluster.script("status", check=False).returncode == 0
+    cluster.up()
+    runs: list[Run] = []
+    started = time.time()
+    try:
+        with tempfile.TemporaryDirectory(prefix="raysub-bench-") as tmp:
+            for nodes in counts:
+                for rep in range(args.repeats):
+                    for kind in KINDS:  # in turn, so that a slow spell of the machine hits every kind
+                        runs.append(run_job(cluster, kind, nodes, Path(tmp) / f"{kind}-{nodes}-{rep}"))
+                        print(f"# {runs[-1]}", file=sys.stderr, flush=True)
+    finally:
+        if not was_up:
+            cluster.down()
+    text, rows = table(runs, counts)
+    print(text)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        result = {"seconds": time.time() - started, "medians": rows, "runs": [asdict(r) for r in runs]}
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+    if args.plot:
+        plot(rows, args.plot)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

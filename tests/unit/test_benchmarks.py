@@ -1,0 +1,41 @@
+"""The benchmarks keep working: each runs small here. Their targets are for the tables they print, never
+timed by a test."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.support.prereq import REPO, tool
+
+
+def run_benchmark(program: str, *args: str) -> str:
+    """What ``benchmarks/<program>`` prints, run as its docstring says, from the top of the tree."""
+    done = subprocess.run(
+        [sys.executable, f"benchmarks/{program}", *args],
+        cwd=REPO, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    return done.stdout
+
+
+def test_the_monitor_benchmark_runs() -> None:
+    assert "one cycle, 4 endpoints" in run_benchmark("monitor.py", "--endpoints", "4", "--repeats", "1")
+
+
+def test_the_scale_simulation_starts_8_nodes_with_two_job_steps(tmp_path: Path) -> None:
+    tool("strace")
+    results = tmp_path / "scale_sim.json"
+    out = run_benchmark(
+        "scale_sim.py", "--nodes", "8", "--head-delay", "0", "--driver-seconds", "0", "--trace-workers", "2",
+        "--nice", "0", "--json", str(results),
+    )  # fmt: skip
+    header, row = out.splitlines()[:2]
+    assert header.split()[:4] == ["N", "srun", "scontrol", "squeue"]
+    assert row.split()[:4] == ["8", "2", "1", "0"]
+    [run] = json.loads(results.read_text())["runs"]
+    assert run["calls"] == {"srun": 2, "scontrol": 1, "squeue": 0, "sbatch": 0}
+    assert (run["exit_status"], run["ended"]) == (0, "driver exited with status 0")
+    assert run["ray_nodes_started"] == 8
+    assert run["workers"]["analysed"] == 2
+    assert run["workers"]["ops_per_poll_median"] is not None
