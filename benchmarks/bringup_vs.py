@@ -45,10 +45,16 @@ print(f"TIMES {started} {time.time()}", flush=True)
 """
 
 
+# Put into every kind's batch script after its #SBATCH lines: when Slurm started it, in the submit dir.
+STARTED = "bench_started"
+STAMP = f"printf '%s\\n' \"$EPOCHREALTIME\" >{STARTED}\n"
+
+
 @dataclass
 class Run:
     kind: str
     nodes: int
+    launch: float  # sbatch -> the batch script runs: Slurm's part, the same for every kind
     whole: float  # sbatch -> the driver saw every node alive
     gone: float  # the driver's exit -> the job left the queue
     total: float  # sbatch -> the job left the queue
@@ -58,11 +64,31 @@ class Run:
 def job_script(cluster: MiniCluster, kind: str, nodes: int) -> str:
     if kind == "raysub":
         render = ["raysub", "render", "--nodes", str(nodes), "--gpus-per-node", "0"]
-        return cluster.run(*render, "--", "python", "driver.py", str(nodes)).stdout
-    return (BASELINES / f"{kind}.sbatch").read_text()
+        text = cluster.run(*render, "--", "python", "driver.py", str(nodes)).stdout
+    else:
+        text = (BASELINES / f"{kind}.sbatch").read_text()
+    return stamped(text)
+
+
+def stamped(script: str) -> str:
+    """``script`` with STAMP after its shebang and #SBATCH lines (sbatch reads no #SBATCH after a command)."""
+    lines = script.splitlines(keepends=True)
+    at = 1 + max((k for k, line in enumerate(lines) if line.startswith("#SBATCH")), default=0)
+    return "".join([*lines[:at], STAMP, *lines[at:]])
+
+
+def wait_idle(cluster: MiniCluster, timeout: float = 120) -> None:
+    """Every node idle again: a job submitted while the last one's nodes still complete waits for them,
+    and that wait would count against whichever kind came next."""
+    deadline = time.monotonic() + timeout
+    while set(cluster.run("sinfo", "-h", "-N", "-o", "%T").stdout.split()) != {"idle"}:
+        if time.monotonic() > deadline:
+            raise RuntimeError("the minicluster's nodes did not all become idle")
+        time.sleep(0.1)
 
 
 def run_job(cluster: MiniCluster, kind: str, nodes: int, work: Path) -> Run:
+    wait_idle(cluster)
     work.mkdir()
     (work / "driver.py").write_text(DRIVER)
     (work / "job.sub").write_text(job_script(cluster, kind, nodes))
@@ -81,32 +107,46 @@ def run_job(cluster: MiniCluster, kind: str, nodes: int, work: Path) -> Run:
         driver_log, driver_end = work / "driver.log", (work / "driver_done").stat().st_mtime
     line = next(line for line in driver_log.read_text().splitlines() if line.startswith("TIMES "))
     whole = float(line.split()[2])
-    return Run(kind, nodes, whole - submitted, left - driver_end, left - submitted, cluster.steps(job_id))
+    launch = float((work / STARTED).read_text()) - submitted
+    return Run(
+        kind, nodes, launch, whole - submitted, left - driver_end, left - submitted, cluster.steps(job_id)
+    )
 
 
 def medians(runs: list[Run], kind: str, nodes: int) -> dict[str, float]:
     mine = [r for r in runs if r.kind == kind and r.nodes == nodes]
-    return {f: statistics.median(getattr(r, f) for r in mine) for f in ("whole", "gone", "total", "steps")}
+    fields = ("launch", "whole", "gone", "total", "steps")
+    medians = {f: statistics.median(getattr(r, f) for r in mine) for f in fields}
+    # The bring-up itself: from the batch script's start, run by run (Slurm's launch varies by seconds).
+    return {**medians, "after_launch": statistics.median(r.whole - r.launch for r in mine)}
 
 
 def table(runs: list[Run], counts: list[int]) -> tuple[str, list[dict[str, object]]]:
     lines = [
         "Medians in seconds. whole: sbatch -> the driver saw every node; gone: driver exit -> job gone;",
-        "total: sbatch -> job gone. raysub/bare compares 'whole'; so does baseline/raysub.",
-        f"{'N':>2} {'kind':<9}{'whole':>8}{'gone':>8}{'total':>8}{'steps':>7}{'vs bare':>9}{'vs raysub':>10}",
+        "total: sbatch -> job gone; launch: sbatch -> the batch script ran (Slurm's part);",
+        "after: whole - launch, run by run.",
+        "vs bare and vs raysub compare 'whole'; 'after' vs bare compares the bring-up after Slurm's launch.",
+        f"{'N':>2} {'kind':<9}{'whole':>7}{'gone':>6}{'total':>7}{'steps':>6}{'launch':>7}{'after':>7}"
+        f"{'vs bare':>9}{'vs raysub':>10}{'after vs bare':>14}",
     ]
     rows: list[dict[str, object]] = []
     for nodes in counts:
         per_kind = {kind: medians(runs, kind, nodes) for kind in KINDS}
+        bare = per_kind["bare"]
         for kind in KINDS:
             m = per_kind[kind]
-            vs_bare = m["whole"] / per_kind["bare"]["whole"]
-            vs_raysub = m["whole"] / per_kind["raysub"]["whole"]
+            ratios = {
+                "vs_bare": m["whole"] / bare["whole"],
+                "vs_raysub": m["whole"] / per_kind["raysub"]["whole"],
+                "after_vs_bare": m["after_launch"] / bare["after_launch"],
+            }
             lines.append(
-                f"{nodes:>2} {kind:<9}{m['whole']:>8.2f}{m['gone']:>8.2f}{m['total']:>8.2f}{m['steps']:>7.0f}"
-                f"{vs_bare:>8.2f}x{vs_raysub:>9.2f}x"
+                f"{nodes:>2} {kind:<9}{m['whole']:>7.2f}{m['gone']:>6.2f}{m['total']:>7.2f}{m['steps']:>6.0f}"
+                f"{m['launch']:>7.2f}{m['after_launch']:>7.2f}{ratios['vs_bare']:>8.2f}x"
+                f"{ratios['vs_raysub']:>9.2f}x{ratios['after_vs_bare']:>13.2f}x"
             )
-            rows.append({"nodes": nodes, "kind": kind, **m, "vs_bare": vs_bare, "vs_raysub": vs_raysub})
+            rows.append({"nodes": nodes, "kind": kind, **m, **ratios})
     return "\n".join(lines), rows
 
 

@@ -7,9 +7,11 @@ Target: below 1% of one core (0.6 CPU s/min) and 100 MiB per node at the default
         [--json benchmarks/results/overhead.json]
 
 A process belongs to the job when its environment carries the job's mark (_RAYSUB_JOB_MARK, which every
-node script sets for all it starts) or it is the job's batch script; it is raysub's when it runs a raysub
-script or node program (or a `sleep` of one), Ray's otherwise. CPU is utime + stime (+ the children
-raysub's shells waited for) at the window's end minus at its start; memory is VmRSS at the end.
+node script sets for all it starts) or it is the job's batch script; it is srun's when it is one of the
+batch script's srun clients (Slurm's, which any job with steps has: the bare job of bringup_vs.py has the
+same two), raysub's when it runs a raysub script or node program (or a `sleep` of one), Ray's otherwise.
+CPU is utime + stime (+ the children raysub's shells waited for) at the window's end minus at its start;
+memory is VmRSS at the end.
 """
 
 import argparse
@@ -63,6 +65,8 @@ def owner(pid: int, job_id: str, canary: str) -> tuple[str, str] | None:
         return None
     node = environ.get(b"SLURMD_NODENAME", b"?").decode()
     command = read(pid, "cmdline").replace(b"\0", b" ").decode(errors="replace")
+    if command.startswith("srun "):
+        return node, "srun"
     ours = any(m in command for m in RAYSUB_MARKS) or command.startswith("sleep ")
     return node, "raysub" if ours else "ray"
 
@@ -137,7 +141,7 @@ def main() -> int:
 
 
 def report(used: dict[tuple[str, str], Usage], window: float) -> list[dict[str, object]]:
-    print(f"Over {window:.0f} s of an idle driver; raysub's processes apart from Ray's, per node.")
+    print(f"Over {window:.0f} s of an idle driver; raysub's processes apart from srun's and Ray's, per node.")
     print(f"Target for raysub: < {TARGET_CORE_PCT:g}% of one core and < {TARGET_MIB:g} MiB per node.")
     print(f"{'node':<8}{'who':<8}{'procs':>6}{'CPU s/min':>11}{'% core':>8}{'RSS MiB':>9}")
     rows = []

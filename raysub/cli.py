@@ -274,6 +274,13 @@ def cli() -> None:
     help="A checkpoint is complete only once it holds this file (default: each layout's own sign).",
 )
 @spec_option(
+    "--early-driver/--no-early-driver",
+    help="When COMMAND runs python, start it as soon as the head is up: its imports and ray.init run while "
+    "the workers join, and ray.init returns only once the cluster is whole (docs/protocol.md). Other "
+    "commands, jobs with --driver-restarts, --checkpoint-dir or a sandbox, and --no-early-driver start "
+    "once the cluster is whole.",
+)
+@spec_option(
     "--smoke",
     is_flag=True,
     help="Instead of COMMAND, run raysub's smoke test as the driver: one actor per GPU (or node) placed "

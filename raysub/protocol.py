@@ -59,6 +59,12 @@ ENV_NODE_LIST = f"{ENV_PREFIX}NODE_LIST"  # the job's nodes, space-separated
 ENV_SANDBOX_HOSTS = f"{ENV_PREFIX}SANDBOX_HOSTS"  # the nodes that run a sandbox, space-separated
 # Set by each node script for everything it starts ("<canary> <role>"); swept when the script ends.
 ENV_MARK = f"{ENV_PREFIX}JOB_MARK"
+# Set by the head for the early driver only (raysub/node/driver_gate.py mirrors them: it imports nothing of
+# raysub): the file that opens its gate (DRIVER_STARTED), the file that says the job ends (ENDED), and the
+# driver's PYTHONPATH without the gate, which the gate puts back.
+ENV_DRIVER_GATE = f"{ENV_PREFIX}DRIVER_GATE"
+ENV_DRIVER_GATE_ENDED = f"{ENV_PREFIX}DRIVER_GATE_ENDED"
+ENV_DRIVER_PYTHONPATH = f"{ENV_PREFIX}DRIVER_PYTHONPATH"
 
 # The timeline: one JSON object per line, {"t": <epoch seconds>, "phase": ..., "node": ..., "detail": ...},
 # appended under an flock on TIMELINE_LOCK so lines from different nodes never interleave.
@@ -111,6 +117,9 @@ ATTACH_SCRIPT = "attach.sh"
 # The node programs (raysub/node/) and the raysub modules they use, as they are in this package, under
 # LOG_DIR/NODE_PYTHON_DIR/raysub/: the node scripts put NODE_PYTHON_DIR first on the programs' PYTHONPATH.
 NODE_PYTHON_DIR = "python"
+# LOG_DIR/NODE_PYTHON_DIR/DRIVER_GATE_DIR/sitecustomize.py: raysub/node/driver_gate.py, which the head puts
+# first on an early driver's PYTHONPATH (docs/protocol.md#the-early-driver).
+DRIVER_GATE_DIR = "driver_gate"
 ATTACH_ENV = "attach.env"  # batch script: "<jobid> <head node>", read by attach.sh
 NODE_MAP = "nodes.tsv"  # batch script: "<role>\t<index>\t<node>" per node: head 0, worker 0..N-2
 ROLE_HEAD = "head"
@@ -175,6 +184,12 @@ FILES = (
         "the node programs (`raysub/node/`: the unit counter, the monitor sidecar, the GPU preflight) and "
         "the raysub modules they use, as they are in the raysub that rendered the job, 0700; the node "
         "scripts run them with Ray's Python ([architecture.md](architecture.md))",
+    ),
+    FileDoc(
+        (f"{NODE_PYTHON_DIR}/{DRIVER_GATE_DIR}/sitecustomize.py",),
+        "batch script",
+        "`raysub/node/driver_gate.py`, which holds an early driver's `ray.init` until the cluster is whole "
+        "([the early driver](#the-early-driver))",
     ),
     FileDoc((ATTACH_ENV,), "batch script", "`<jobid> <head node>` for `attach.sh`"),
     FileDoc(

@@ -104,11 +104,13 @@ class EmbeddedScript:
 
 def node_library() -> list[tuple[str, Path]]:
     """The modules the node programs need (raysub/node/__init__.py says which and why), each with the
-    path the batch script writes it to under LOG_DIR."""
+    path the batch script writes it to under LOG_DIR; and the early driver's gate, as sitecustomize."""
     package = Path(__file__).resolve().parent
     modules = [package / "__init__.py", package / "protocol.py", package / "monitor.py"]
-    modules += sorted((package / "node").glob("*.py"))
-    return [(f"{protocol.NODE_PYTHON_DIR}/raysub/{m.relative_to(package)}", m) for m in modules]
+    gate = package / "node" / "driver_gate.py"
+    modules += sorted(set((package / "node").glob("*.py")) - {gate})
+    shipped = [(f"{protocol.NODE_PYTHON_DIR}/raysub/{m.relative_to(package)}", m) for m in modules]
+    return [*shipped, (f"{protocol.NODE_PYTHON_DIR}/{protocol.DRIVER_GATE_DIR}/sitecustomize.py", gate)]
 
 
 def heredoc_delimiter(name: str, text: str) -> str:

@@ -26,6 +26,7 @@ _INTERFACE = re.compile(r"[A-Za-z0-9_.:@-]{1,15}")
 _HOST = re.compile(r"[A-Za-z0-9_.:-]{1,253}")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _MODE = re.compile(r"0?[0-7]{3}")
+_PYTHON = re.compile(r"python(\d+(\.\d+)?)?")
 
 # The choices of --auth and --sandbox-nodes, defined here only: the command line's choices and the
 # checks below read them with typing.get_args.
@@ -186,6 +187,7 @@ class JobSpec:
     # The parallel sizes ``nodes`` was computed from (render --tp ... in place of --nodes), else None.
     plan: Plan | None = None
     smoke: bool = False
+    early_driver: bool = True
 
     @property
     def workers(self) -> int:
@@ -383,6 +385,15 @@ class JobSpec:
         return self.preflight != "off"
 
     @property
+    def starts_driver_early(self) -> bool:
+        """The head starts the driver while the workers join, held in ray.init until the cluster is whole
+        (--early-driver): only a COMMAND that runs Python with its site hook and PYTHONPATH; not with
+        restarts or checkpoints, whose driver must fail, restart and resume on a whole cluster, nor with a
+        sandbox, which must answer before any of the driver's code runs."""
+        early = self.early_driver and not self.driver_restarts and not self.resumes and self.sandbox is None
+        return early and bool(self.command) and runs_python_with_site(self.command)
+
+    @property
     def resumes(self) -> bool:
         """The driver is told where to resume (RAYSUB_RESUME_FROM, and {checkpoint} in COMMAND)."""
         return self.checkpoint_dir is not None
@@ -532,3 +543,24 @@ def spec_from_options(values: Mapping[str, Any]) -> JobSpec:
         ports=ports,
         sandbox=sandbox,
     ).check()
+
+
+def runs_python_with_site(argv: tuple[str, ...]) -> bool:
+    """``argv`` runs a Python (python, python3, python3.12, a path to one) that loads sitecustomize from
+    PYTHONPATH: none of its options before the script turns that off (-I, -S, -E)."""
+    if not argv or not _PYTHON.fullmatch(argv[0].rsplit("/", 1)[-1]):
+        return False
+    args = iter(argv[1:])
+    for arg in args:
+        if arg == "-" or arg.startswith("--") or not arg.startswith("-"):
+            return True  # the script, or a long option: none of them turns the site hook off
+        for k, flag in enumerate(arg[1:], start=1):
+            if flag in "ISE":
+                return False
+            if flag in "mc":  # the rest is the program
+                return True
+            if flag in "WX":  # takes a value: the rest of this word, or the next word
+                if k == len(arg) - 1:
+                    next(args, None)
+                break
+    return True

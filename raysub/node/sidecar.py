@@ -1,20 +1,17 @@
 """The monitor sidecar every job with --monitor runs on its head: a snapshot of every node's GPU, CPU and
-memory into metrics.jsonl each --interval, and one timeline warning when the GPUs idle while the driver
-runs. Run by the head script as ``python -m raysub.node.sidecar``; it ends when ENDED appears or the head
-script goes away.
+memory into metrics.jsonl each --monitor-interval, and one timeline warning when the GPUs idle while the
+driver runs. It runs as a thread of the head's unit counter (raysub/node/units.py) once every unit has
+joined, and ends with it.
 """
 
 from __future__ import annotations
 
-import argparse
-import os
-import sys
+import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Callable, Mapping
 
 from raysub import protocol
-from raysub.monitor import RayGpuMonitor, gcs_endpoints
+from raysub.monitor import RayGpuMonitor
 from raysub.node.metrics_log import MetricsFile, snapshot_line
 from raysub.node.readings import NodeMetrics
 
@@ -46,38 +43,41 @@ class IdleWatch:
         )
 
 
-def main(argv: Sequence[str] | None = None, endpoints: Callable[[], Mapping[str, str]] | None = None) -> int:
-    """Snapshots into metrics.jsonl until ENDED appears or the head script goes away. Nodes come from
-    the GCS (--gcs) unless ``endpoints`` is given (tests)."""
-    parser = argparse.ArgumentParser(prog="python -m raysub.node.sidecar", description=__doc__)
-    parser.add_argument("--log-dir", type=Path, required=True)
-    parser.add_argument("--gcs", required=True, help="the GCS address, ip:port")
-    parser.add_argument("--node", required=True, help="this node's name, for the timeline")
-    parser.add_argument("--interval", type=float, required=True, help="seconds between snapshots")
-    parser.add_argument(
-        "--idle-threshold", type=float, required=True, help="GPU utilisation %% below which it idles"
-    )
-    parser.add_argument(
-        "--idle-after", type=float, required=True, help="seconds of idling before the warning"
-    )
-    args = parser.parse_args(argv)
-
-    logs = protocol.LogDir(args.log_dir)
+def watch(
+    logs: protocol.LogDir,
+    node: str,
+    monitor: RayGpuMonitor,
+    idle: IdleWatch,
+    going: Callable[[], bool],
+) -> None:
+    """Snapshots into metrics.jsonl every ``monitor.interval`` seconds while ``going()`` says so."""
     driver_started = logs.file(protocol.DRIVER_STARTED)
-    parent = os.getppid()
-    monitor = RayGpuMonitor(interval=args.interval, endpoints=endpoints or gcs_endpoints(args.gcs))
     metrics = MetricsFile(logs.metrics, protocol.MONITOR_MAX_BYTES)
-    idle = IdleWatch(args.idle_threshold, args.idle_after)
-    while os.getppid() == parent and not logs.ended.exists():
-        started = time.monotonic()
-        nodes = monitor.collect_once()
-        metrics.append(snapshot_line(nodes, monitor.endpoints, monitor.failed))
-        if driver_started.exists() and (warning := idle.update(nodes, time.monotonic())):
-            logs.append_timeline(protocol.PHASE_GPU_IDLE, args.node, warning)
-        time.sleep(max(0.0, args.interval - (time.monotonic() - started)))
-    monitor.stop()
-    return 0
+    try:
+        while going():
+            started = time.monotonic()
+            nodes = monitor.collect_once()
+            metrics.append(snapshot_line(nodes, monitor.endpoints, monitor.failed))
+            if driver_started.exists() and (warning := idle.update(nodes, time.monotonic())):
+                logs.append_timeline(protocol.PHASE_GPU_IDLE, node, warning)
+            time.sleep(max(0.0, monitor.interval - (time.monotonic() - started)))
+    finally:
+        monitor.stop()
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def start(
+    logs: protocol.LogDir,
+    node: str,
+    interval: float,
+    idle: IdleWatch,
+    endpoints: Callable[[], Mapping[str, str]],
+    going: Callable[[], bool],
+) -> threading.Thread:
+    """The sidecar in a thread of this process (the unit counter's: one Python with Ray's GCS client
+    loaded on the head, not two)."""
+    monitor = RayGpuMonitor(interval=interval, endpoints=endpoints)
+    thread = threading.Thread(
+        target=watch, args=(logs, node, monitor, idle, going), name="monitor", daemon=True
+    )
+    thread.start()
+    return thread

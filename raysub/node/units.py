@@ -4,7 +4,8 @@ Run by the head script as ``python -m raysub.node.units`` beside Ray's head. It 
 head waits on it before starting the driver) and ray_joined_nodes (raysub status) up to date, both
 written atomically, and adds a timeline line for each node that joins. It polls briskly until the
 cluster is whole, then slowly to keep the count live, and ends when ENDED appears or the head script
-goes away.
+goes away. With --monitor-interval it also runs the monitor sidecar (raysub/node/sidecar.py) in a thread
+once the cluster is whole: one Python process on the head holds Ray's GCS client, not two.
 
 Exit status: 0 when it ended so; UNPROTECTED when --auth token was asked for and this Ray does not
 enforce it (before Ray 2.52 RAY_AUTH_MODE is ignored); 1 on any other error. On failure its only line on
@@ -22,7 +23,8 @@ from pathlib import Path
 from typing import Any, get_args
 
 from raysub import protocol
-from raysub.node import gcs
+from raysub.monitor import gcs_endpoints
+from raysub.node import gcs, sidecar
 
 UNPROTECTED = 3
 BRISK_S = 0.1  # until every unit has joined
@@ -63,15 +65,28 @@ class Counter:
 
 
 def count(args: argparse.Namespace, client: Any, sleep: Callable[[float], None] = time.sleep) -> None:
-    """Poll the node table until the job ends or the process that started this one is gone."""
+    """Poll the node table until the job ends or the process that started this one is gone; start the
+    monitor sidecar (with --monitor-interval) once every unit has joined."""
     counter = Counter(protocol.LogDir(args.log_dir), args.node, args.kind == "gpu")
     parent = os.getppid()
-    while os.getppid() == parent and not counter.logs.ended.exists():
+
+    def going() -> bool:
+        return os.getppid() == parent and not counter.logs.ended.exists()
+
+    monitor = args.monitor_interval is not None
+    while going():
         try:
             counter.update(gcs.alive_nodes(client))
         except Exception as error:  # the GCS may be briefly busy: a failed read is never a count
             print(f"raysub: cannot read Ray's node table: {error}", file=sys.stderr)
-        sleep(BRISK_S if (counter.units or 0) < args.expected else SLOW_S)
+        whole = (counter.units or 0) >= args.expected
+        if whole and monitor:
+            idle = sidecar.IdleWatch(args.idle_threshold, args.idle_after)
+            sidecar.start(
+                counter.logs, args.node, args.monitor_interval, idle, gcs_endpoints(args.gcs), going
+            )
+            monitor = False
+        sleep(SLOW_S if whole else BRISK_S)
 
 
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -82,6 +97,15 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--kind", choices=get_args(protocol.UnitKind), required=True, help="what a unit is")
     parser.add_argument("--auth", choices=get_args(protocol.AuthMode), required=True)
     parser.add_argument("--node", required=True, help="this node's name, for the timeline")
+    parser.add_argument(
+        "--monitor-interval", type=float, help="with it, the monitor sidecar: seconds between its snapshots"
+    )
+    parser.add_argument(
+        "--idle-threshold", type=float, default=5.0, help="GPU utilisation %% below which it idles"
+    )
+    parser.add_argument(
+        "--idle-after", type=float, default=600.0, help="seconds of idling before the warning"
+    )
     return parser.parse_args(argv)
 
 

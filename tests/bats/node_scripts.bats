@@ -106,6 +106,44 @@ wait_node() {
   assert_output "1"
 }
 
+@test "an early Python driver starts while workers join, and its ray.init returns only once all joined" {
+  local nodes="${BATS_TEST_TMPDIR}/nodes" before="${BATS_TEST_TMPDIR}/before_init"
+  export FAKE_RAY_NODES=$nodes
+  mkdir -p "$nodes"
+  printf '%s\n' 'import os, sys, ray' 'open(sys.argv[1], "w").close()' 'ray.init()' \
+    'print("whole:", os.path.exists(sys.argv[2]), "gate:", os.environ.get(sys.argv[3], "gone"),' \
+    '      "PYTHONPATH:", os.environ.get("PYTHONPATH", "unset"))' >"${BATS_TEST_TMPDIR}/driver.py"
+  render_node_scripts --nodes 3 --gpus-per-node 0 --interface lo --ray-temp-dir '/tmp/rb%j/%n' \
+    --gcs-port 7379 --no-monitor -- python3 "${BATS_TEST_TMPDIR}/driver.py" "$before" \
+    "${LOG_DIR}/${P_DRIVER_STARTED}" "$P_ENV_DRIVER_GATE"
+  start_node "$P_HEAD_SCRIPT"
+  wait_file "$before"
+  wait_file "${LOG_DIR}/${P_DRIVER_PID}"
+  sleep 0.5
+  # The driver connected, and is held there: one node of three is in Ray.
+  assert_equal "$(cat "${LOG_DIR}/${P_DRIVER_LOG}")" "ray.init connected"
+  assert [ ! -e "${LOG_DIR}/${P_DRIVER_STARTED}" ]
+  touch "${nodes}/nodeB" "${nodes}/nodeC"
+  wait_node
+  assert_success
+  run cat "${LOG_DIR}/${P_DRIVER_LOG}"
+  assert_output "$(printf '%s\n' 'ray.init connected' 'whole: True gate: gone PYTHONPATH: unset')"
+}
+
+@test "an early driver that exits before the cluster is whole ends the job with its status" {
+  export FAKE_RAY_NODES="${BATS_TEST_TMPDIR}/nodes"
+  mkdir -p "$FAKE_RAY_NODES"
+  render_node_scripts --nodes 3 --gpus-per-node 0 --interface lo --ray-temp-dir '/tmp/rb%j/%n' \
+    --gcs-port 7379 --no-monitor -- python3 -c 'import sys; sys.exit("no such model")'
+  start_node "$P_HEAD_SCRIPT"
+  wait_node
+  assert_failure 1
+  assert_equal "$(cat "${LOG_DIR}/${P_DRIVER_LOG}")" "no such model"
+  assert_equal "$(cat "${LOG_DIR}/${P_DRIVER_EXIT_CODE}")" "1"
+  assert_equal "$(cat "${LOG_DIR}/${P_ENDED}")" "the driver exited with status 1 before the cluster was whole"
+  assert [ ! -e "${LOG_DIR}/${P_DRIVER_STARTED}" ]
+}
+
 @test "a failing --setup ends the job at once, naming the node" {
   render_node_scripts --nodes 2 --gpus-per-node 0 --interface lo --ray-temp-dir '/tmp/rb%j/%n' \
     --setup 'false' -- true

@@ -18,7 +18,7 @@ NO_GPUS = ["--gpus-per-node", "0"]
 LONG_DRIVER = [
     "python",
     "-c",
-    "import pathlib, time; pathlib.Path('driver_running').touch(); time.sleep(300)",
+    "import pathlib, time, ray; ray.init(); pathlib.Path('driver_running').touch(); time.sleep(300)",
 ]
 
 
@@ -105,7 +105,8 @@ def test_a_node_without_the_shared_log_dir_is_named(minicluster: MiniCluster, sl
 
 def test_requeue_keeps_every_attempt(minicluster: MiniCluster, slurm_tmp: Path) -> None:
     driver = (
-        "import os, pathlib, time\n"
+        "import os, pathlib, time, ray\n"
+        "ray.init()\n"
         "if os.environ['SLURM_RESTART_COUNT'] == '0' if 'SLURM_RESTART_COUNT' in os.environ else True:\n"
         "    pathlib.Path('driver_running').touch(); time.sleep(300)\n"
         "print('second attempt')\n"
@@ -133,7 +134,8 @@ def test_requeue_keeps_every_attempt(minicluster: MiniCluster, slurm_tmp: Path) 
 
 def test_usr1_to_the_batch_shell_reaches_the_driver(minicluster: MiniCluster, slurm_tmp: Path) -> None:
     driver = (
-        "import pathlib, signal, sys, time\n"
+        "import pathlib, signal, sys, time, ray\n"
+        "ray.init()\n"
         "signal.signal(signal.SIGUSR1, lambda *_: (pathlib.Path('got_usr1').touch(), sys.exit(0)))\n"
         "pathlib.Path('driver_running').touch()\n"
         "time.sleep(300)\n"

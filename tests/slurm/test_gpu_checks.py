@@ -43,7 +43,7 @@ def test_preflight_fail_ends_the_job_before_ray_starts_on_a_node_with_a_busy_gpu
         minicluster,
         slurm_tmp,
         ["--nodes", "4", "--gpus-per-node", "2", "--no-gpu-request", "--preflight", "fail", "--setup", setup,
-         "--", "python", "-c", "print('never runs')"],
+         "--", "python", "-c", "import ray; ray.init(); print('never runs')"],
     )  # fmt: skip
     report = job_report(minicluster, slurm_tmp, result.job_id)
     assert result.exit_code != 0, report

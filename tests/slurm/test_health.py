@@ -126,12 +126,13 @@ def test_health_says_healthy_with_the_step_then_stalled_and_watch_restarts_it(
 # trains on; the test then kills a worker's Ray. Second job: told step_3, it finishes.
 LOSING_DRIVER = textwrap.dedent(
     """
-    import os, pathlib, sys, time
+    import os, pathlib, sys, time, ray
     checkpoints, running = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
     resume = os.environ.get("RAYSUB_RESUME_FROM")
     if resume:
         print("resumed from", resume)
         sys.exit(0)
+    ray.init()  # returns once the cluster is whole: node3 is in it
     (checkpoints / "step_3").mkdir(parents=True)
     (checkpoints / "step_3" / "training_info.json").write_text("{}")
     running.touch()

@@ -17,7 +17,8 @@ pytestmark = pytest.mark.slurm
 def driver(running: Path, release: Path) -> str:
     """A driver that says it runs, waits until the test lets it go, prints 'driver done' and exits 0."""
     return (
-        "import pathlib, time\n"
+        "import pathlib, time, ray\n"
+        "ray.init()\n"
         f"pathlib.Path({str(running)!r}).touch()\n"
         "deadline = time.time() + 120\n"
         f"while not pathlib.Path({str(release)!r}).exists() and time.time() < deadline:\n"

@@ -15,7 +15,8 @@ pytestmark = pytest.mark.slurm
 
 # The driver says it runs, waits until the test lets it go, then exits 3.
 DRIVER = (
-    "import pathlib, time\n"
+    "import pathlib, time, ray\n"
+    "ray.init()\n"
     "pathlib.Path('driver_running').touch()\n"
     "deadline = time.time() + 120\n"
     "while not pathlib.Path('release').exists() and time.time() < deadline:\n"

@@ -269,7 +269,8 @@ def test_snapshot_line_round_trips() -> None:
 
 
 def test_sidecar_writes_snapshots_and_warns_of_idle_gpus_once(tmp_path: Path) -> None:
-    from raysub.node.sidecar import main as sidecar
+    from raysub.node import sidecar
+    from raysub.protocol import LogDir
 
     files = {
         name: tmp_path / name
@@ -281,12 +282,16 @@ def test_sidecar_writes_snapshots_and_warns_of_idle_gpus_once(tmp_path: Path) ->
     )
     with serve({"node1": lambda: idle}) as urls:
         threading.Timer(3.0, files["ENDED"].touch).start()
-        status = sidecar(
-            [f"--log-dir={tmp_path}", "--gcs=unused:0", "--node=node1",
-             "--interval=0.5", "--idle-threshold=5", "--idle-after=1"],
-            endpoints=lambda: urls,
-        )  # fmt: skip
-    assert status == 0
+        thread = sidecar.start(
+            LogDir(tmp_path),
+            "node1",
+            0.5,
+            sidecar.IdleWatch(5, 1),
+            lambda: urls,
+            lambda: not files["ENDED"].exists(),
+        )
+        thread.join(timeout=10)
+    assert not thread.is_alive()
     snapshots = [json.loads(line) for line in files["metrics.jsonl"].read_text().splitlines()]
     assert 4 <= len(snapshots) <= 8
     assert snapshots[-1]["nodes"]["node1"]["gpus"][0]["util_pct"] == 0.0

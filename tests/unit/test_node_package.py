@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from raysub import protocol
-from raysub.node import gcs, units
+from raysub.node import gcs, sidecar, units
 from raysub.render import node_library
 from raysub.spec import JobSpec
 from tests.support.batch import run_batch_script
@@ -68,9 +68,7 @@ def test_an_optional_package_is_imported_only_where_it_is_used(relative: str) ->
 
 def test_every_node_module_is_shipped() -> None:
     package = Path(units.__file__).parent
-    assert {p.name for p in package.glob("*.py")} == {
-        Path(name).name for name in SHIPPED if name.startswith("raysub/node/")
-    }
+    assert set(package.glob("*.py")) == {path for path in SHIPPED.values() if path.parent == package}
 
 
 def test_log_dirs_copy_runs_with_a_python_without_raysub(tmp_path: Path) -> None:
@@ -84,7 +82,7 @@ def test_log_dirs_copy_runs_with_a_python_without_raysub(tmp_path: Path) -> None
     spec = JobSpec(nodes=2, gpus_per_node=0, command=("true",), interface="lo", log_dir="runs", monitor=False)
     job = run_batch_script(tmp_path, spec, {"HOME": str(tmp_path)}, str(os.getpid()))
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(job.log_dir.file(protocol.NODE_PYTHON_DIR))}
-    for program in ("units", "sidecar", "preflight", "smoke"):
+    for program in ("units", "preflight", "smoke"):
         done = subprocess.run(
             [python, "-m", f"raysub.node.{program}", "--help"],
             cwd=tmp_path,
@@ -128,10 +126,10 @@ class FakeGcs:
         return {f"id{k}": info for k, info in enumerate(answer)}
 
 
-def arguments(logs: protocol.LogDir, kind: str = "gpu", auth: str = "none") -> Namespace:
+def arguments(logs: protocol.LogDir, kind: str = "gpu", auth: str = "none", *more: str) -> Namespace:
     return units.parse(
         [f"--log-dir={logs.path}", "--gcs=10.0.0.1:6379", "--expected=16", f"--kind={kind}", f"--auth={auth}",
-         "--node=node1"]
+         "--node=node1", *more]
     )  # fmt: skip
 
 
@@ -149,6 +147,26 @@ def test_the_counter_publishes_units_nodes_and_joins(tmp_path: Path) -> None:
     joined = [(e.phase, e.node, e.detail) for e in logs.timeline()]
     assert joined == [(protocol.PHASE_WORKER_JOINED, "node1", n) for n in ("node1", "node2")]
     assert sleeps == [units.BRISK_S, units.BRISK_S, units.SLOW_S]  # slow once all 16 GPUs joined
+
+
+def test_the_counter_starts_the_monitor_sidecar_once_every_unit_joined(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    logs = protocol.LogDir(tmp_path)
+    started: list[tuple[object, ...]] = []
+    monkeypatch.setattr(units, "gcs_endpoints", lambda address: f"endpoints of {address}")
+    monkeypatch.setattr(
+        sidecar,
+        "start",
+        lambda _logs, node, interval, idle, endpoints, going: started.append(
+            (node, interval, idle.threshold, idle.after, endpoints, logs.units())
+        ),
+    )
+    both = [node_info("node1", 8), node_info("node2", 8)]
+    answers: list[Any] = [[node_info("node1", 8)], both, both, both]
+    args = arguments(logs, "gpu", "none", "--monitor-interval=2.5", "--idle-threshold=3", "--idle-after=60")
+    units.count(args, FakeGcs(answers, logs), lambda seconds: None)
+    assert started == [("node1", 2.5, 3.0, 60.0, "endpoints of 10.0.0.1:6379", 16)]
 
 
 def test_without_gpus_the_counter_counts_nodes(tmp_path: Path) -> None:
