@@ -21,7 +21,7 @@ import ray
 print("init returned", ray.init(address="auto"), ray.init.__name__, flush=True)
 child = "import sys; print('child:', type(sys.modules.get('sitecustomize')).__name__)"
 subprocess.run([sys.executable, "-c", child], check=True)
-gate = os.environ.get("_RAYSUB_DRIVER_GATE", "gone")
+gate = os.environ.get(sys.argv[1], "gone")
 print("env:", os.environ.get("PYTHONPATH", "unset"), gate, flush=True)
 """
 
@@ -47,7 +47,7 @@ def start(job: Path, *, gate: bool = True, pythonpath: str | None = None) -> sub
         env[protocol.ENV_DRIVER_GATE] = str(job / protocol.DRIVER_STARTED)
         env[protocol.ENV_DRIVER_GATE_ENDED] = str(job / protocol.ENDED)
         env[protocol.ENV_DRIVER_PYTHONPATH] = original
-    argv = [sys.executable, str(job / "driver.py")]
+    argv = [sys.executable, str(job / "driver.py"), protocol.ENV_DRIVER_GATE]
     return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
