@@ -1,6 +1,7 @@
 """Bring-up side by side on the minicluster (root): raysub against what users would otherwise pick.
 
-For each N it submits, in turn, (a) a job rendered by `raysub render`, (b) the pattern of Ray's documented
+After one job that warms the cluster up (not counted), for each N it submits, in turn (in an order that
+rotates from round to round), (a) a job rendered by `raysub render`, (b) the pattern of Ray's documented
 Slurm example (benchmarks/baselines/ray_docs.sbatch: head srun, a fixed sleep, one srun per worker with a
 sleep each, the driver in the batch script) and (c) the bare limit (benchmarks/baselines/bare.sbatch: head
 srun and ONE batched worker srun at once, a readiness file, no supervision). All run the same driver, which
@@ -190,9 +191,13 @@ def main() -> int:
     started = time.time()
     try:
         with tempfile.TemporaryDirectory(prefix="raysub-bench-") as tmp:
+            # Not counted: the first job after the cluster came up finds Ray's files cold, whatever its kind.
+            run_job(cluster, "bare", max(counts), Path(tmp) / "warm-up")
             for nodes in counts:
                 for rep in range(args.repeats):
-                    for kind in KINDS:  # in turn, so that a slow spell of the machine hits every kind
+                    # In turn, so that a slow spell of the machine hits every kind, and in an order that
+                    # rotates, so that no kind always follows the same one (ray_docs leaves the most behind).
+                    for kind in KINDS[rep % len(KINDS) :] + KINDS[: rep % len(KINDS)]:
                         runs.append(run_job(cluster, kind, nodes, Path(tmp) / f"{kind}-{nodes}-{rep}"))
                         print(f"# {runs[-1]}", file=sys.stderr, flush=True)
     finally:

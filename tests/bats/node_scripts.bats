@@ -106,6 +106,33 @@ wait_node() {
   assert_output "1"
 }
 
+@test "head tells the workers once its GCS serves the session, before its raylet is up" {
+  export FAKE_UNITS="6" FAKE_RAY_RAYLET_DELAY=1.5
+  local temp="/tmp/rb${SLURM_JOB_ID}/nodeA"
+  start_node "$P_HEAD_SCRIPT"
+  wait_file "${LOG_DIR}/${P_STARTED_RAY_HEAD}"
+  assert [ ! -e "${temp}/ray_current_cluster" ]
+  assert_equal "$(cat "${LOG_DIR}/${P_STARTED_RAY_HEAD}")" "127.0.0.1:7379"
+  wait_node
+  assert_failure 3
+  run grep -o -e "\"phase\": \"${P_PHASE_GCS_READY}\"" -e "\"phase\": \"${P_PHASE_HEAD_READY}\"" \
+    "${LOG_DIR}/${P_TIMELINE}"
+  assert_output "$(printf '"phase": "%s"\n' "$P_PHASE_GCS_READY" "$P_PHASE_HEAD_READY")"
+}
+
+@test "without the sign of a serving GCS, head tells the workers when it is ready" {
+  export FAKE_UNITS="6" FAKE_RAY_RAYLET_DELAY=1 FAKE_RAY_NO_MONITOR_LOG=1
+  start_node "$P_HEAD_SCRIPT"
+  wait_file "${LOG_DIR}/${P_STARTED_RAY_HEAD}"
+  assert [ -e "/tmp/rb${SLURM_JOB_ID}/nodeA/ray_current_cluster" ]
+  wait_node
+  assert_failure 3
+  run grep -c "\"phase\": \"${P_PHASE_GCS_READY}\"" "${LOG_DIR}/${P_TIMELINE}"
+  assert_output "0"
+  run grep -c "\"phase\": \"${P_PHASE_HEAD_READY}\"" "${LOG_DIR}/${P_TIMELINE}"
+  assert_output "1"
+}
+
 @test "an early Python driver starts while workers join, and its ray.init returns only once all joined" {
   local nodes="${BATS_TEST_TMPDIR}/nodes" before="${BATS_TEST_TMPDIR}/before_init"
   export FAKE_RAY_NODES=$nodes

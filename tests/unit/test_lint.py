@@ -27,6 +27,7 @@ def test_shellcheck_on_our_scripts() -> None:
     shellcheck = tool("shellcheck")
     candidates = [
         *(REPO / "scripts").iterdir(),
+        *(REPO / "benchmarks").iterdir(),
         *(REPO / "tests" / "fakes").iterdir(),
         REPO / ".ci" / "run",
     ]
