@@ -18,6 +18,7 @@ case. The plot needs matplotlib (pip install 'raysub[bench]').
 import argparse
 import json
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -78,13 +79,22 @@ def stamped(script: str) -> str:
     return "".join([*lines[:at], STAMP, *lines[at:]])
 
 
+# What is left of a job's Ray: its binaries, its Python processes (which rename themselves ray::...) and
+# the Python programs under Ray's package directory.
+RAY_PROCESSES = r"raylet|gcs_server|^ray::|site-packages/ray/"
+
+
 def wait_idle(cluster: MiniCluster, timeout: float = 120) -> None:
-    """Every node idle again: a job submitted while the last one's nodes still complete waits for them,
-    and that wait would count against whichever kind came next."""
+    """Every node idle again and no Ray process left: a job submitted while the last one's nodes still
+    complete waits for them, and one that starts while the last one's Ray still exits shares the CPU
+    with it; either would count against whichever kind came next."""
     deadline = time.monotonic() + timeout
-    while set(cluster.run("sinfo", "-h", "-N", "-o", "%T").stdout.split()) != {"idle"}:
+    while (
+        set(cluster.run("sinfo", "-h", "-N", "-o", "%T").stdout.split()) != {"idle"}
+        or subprocess.run(["pgrep", "-f", RAY_PROCESSES], capture_output=True, check=False).returncode == 0
+    ):
         if time.monotonic() > deadline:
-            raise RuntimeError("the minicluster's nodes did not all become idle")
+            raise RuntimeError("the minicluster did not become idle (nodes, or Ray processes left)")
         time.sleep(0.1)
 
 
@@ -184,7 +194,9 @@ def main() -> int:
     parser.add_argument("--plot", type=Path, help="draw bring-up time and job steps against N here (PNG)")
     args = parser.parse_args()
     counts = [int(n) for n in args.nodes.split(",")]
-    cluster = MiniCluster(REPO / ".minicluster", nodes=max(4, *counts))
+    # Each node on a CPU of its own, in turn (scripts/minicluster up --pin): on a real cluster no node's
+    # start takes CPU from another's, and a script that overlaps them must be able to show it.
+    cluster = MiniCluster(REPO / ".minicluster", nodes=max(4, *counts), pin=True)
     was_up = cluster.script("status", check=False).returncode == 0
     cluster.up()
     runs: list[Run] = []
@@ -192,7 +204,7 @@ def main() -> int:
     try:
         with tempfile.TemporaryDirectory(prefix="raysub-bench-") as tmp:
             # Not counted: the first job after the cluster came up finds Ray's files cold, whatever its kind.
-            run_job(cluster, "bare", max(counts), Path(tmp) / "warm-up")
+            run_job(cluster, "bare", min(counts), Path(tmp) / "warm-up")
             for nodes in counts:
                 for rep in range(args.repeats):
                     # In turn, so that a slow spell of the machine hits every kind, and in an order that

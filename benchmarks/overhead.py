@@ -3,7 +3,7 @@ resident memory per node of raysub's processes (the batch script, the node scrip
 head's unit counter and monitor sidecar) apart from Ray's, over a window while an idle driver runs.
 Target: below 1% of one core (0.6 CPU s/min) and 100 MiB per node at the default monitor interval.
 
-    .venv/bin/python benchmarks/overhead.py [--nodes 4] [--window 60]
+    .venv/bin/python benchmarks/overhead.py [--nodes 4] [--window 30]
         [--json benchmarks/results/overhead.json]
 
 A process belongs to the job when its environment carries the job's mark (_RAYSUB_JOB_MARK, which every
@@ -109,7 +109,7 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--nodes", type=int, default=4)
-    parser.add_argument("--window", type=float, default=60.0, help="seconds to measure over")
+    parser.add_argument("--window", type=float, default=30.0, help="seconds to measure over")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     if os.geteuid() != 0:

@@ -72,9 +72,6 @@ TIMELINE = "timeline.jsonl"
 TIMELINE_LOCK = "timeline.lock"
 PHASE_JOB_START = "job_start"  # batch script
 PHASE_CANARY_OK = "canary_ok"  # every node
-# head; detail: the address. STARTED_RAY_HEAD written as soon as the head's GCS serves the session, before
-# head_ready (absent when Ray showed no sign of that and the workers were told at head_ready)
-PHASE_GCS_READY = "gcs_ready"
 PHASE_HEAD_READY = "head_ready"  # head; detail: the address
 PHASE_WORKER_JOINED = "worker_joined"  # head sidecar; detail: the node that joined Ray
 PHASE_SANDBOX_READY = "sandbox_ready"  # each sandbox node

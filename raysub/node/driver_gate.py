@@ -29,8 +29,8 @@ ENV_OPEN = "_RAYSUB_DRIVER_GATE"  # the file whose existence opens the gate (LOG
 ENV_ENDED = "_RAYSUB_DRIVER_GATE_ENDED"  # the file that says the job is ending (LOG_DIR/ENDED)
 ENV_PYTHONPATH = "_RAYSUB_DRIVER_PYTHONPATH"  # the driver's PYTHONPATH without the gate's directory
 
-# A look every 50 ms: the gate's latency is part of every bring-up, and a stat on the head is cheap.
-POLL_S = 0.05
+# A look every 20 ms: the gate's latency is part of every bring-up, and a stat on the head is cheap.
+POLL_S = 0.02
 
 
 def wait_open(opened: str, ended: str, poll: float = POLL_S) -> None:

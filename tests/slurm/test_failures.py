@@ -163,11 +163,8 @@ def test_timeline_of_a_whole_run_and_secrets_kept_out_of_logs(
     times = [float(str(e["t"])) for e in events]
     assert times == sorted(times)
     phases = [str(e["phase"]) for e in events]
-    # gcs_ready before head_ready: the real Ray gave the sign that its GCS serves the session, and the
-    # workers were told then, before the head's raylet was up.
     expected = [
         protocol.PHASE_JOB_START,
-        protocol.PHASE_GCS_READY,
         protocol.PHASE_HEAD_READY,
         protocol.PHASE_DRIVER_START,
         protocol.PHASE_DRIVER_END,

@@ -1,5 +1,6 @@
 """scripts/minicluster up and down are idempotent, and down leaves nothing of ours behind."""
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -73,3 +74,23 @@ def test_readme_try_it_command_runs_a_ray_job_end_to_end(minicluster: MiniCluste
     assert out.returncode == 0, out.stdout + out.stderr
     assert "one task ran on each of: node1 node2 node3 node4\n" in out.stdout
     assert "ended: COMPLETED, exit code 0; driver exited with status 0" in out.stderr
+
+
+def test_up_with_pin_runs_each_node_and_its_job_steps_on_a_cpu_of_its_own(
+    minicluster: MiniCluster, slurm_tmp: Path
+) -> None:
+    pinned = MiniCluster(minicluster.run_dir, nodes=4, pin=True)
+    try:
+        pinned.up()  # the cluster was up unpinned: it comes up again, pinned
+        job = slurm_tmp / "job.sh"
+        task = 'echo "$(hostname) $(grep Cpus_allowed_list /proc/self/status | cut -f2)"'
+        job.write_text(f"#!/bin/bash\nsrun --nodes=4 --ntasks=4 --ntasks-per-node=1 sh -c '{task}'\n")
+        job_id = pinned.sbatch(job, "--nodes=4", "--time=1", "--output=batch.log")
+        assert pinned.wait(job_id).state == "COMPLETED"
+        cpus = len(os.sched_getaffinity(0))
+        lines = sorted((slurm_tmp / "batch.log").read_text().splitlines())
+        assert lines == [f"node{k} {(k - 1) % cpus}" for k in range(1, 5)]
+        # Asked again without --pin, it does not take the pinned cluster for the one asked for.
+        assert "already up" not in minicluster.script("up", "--nodes", "4").stderr
+    finally:
+        minicluster.up()

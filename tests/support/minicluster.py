@@ -43,9 +43,10 @@ def unavailable_reason() -> str | None:
 class MiniCluster:
     """A running minicluster and the Slurm client environment that talks to it."""
 
-    def __init__(self, run_dir: Path, nodes: int = 4) -> None:
+    def __init__(self, run_dir: Path, nodes: int = 4, pin: bool = False) -> None:
         self.run_dir = run_dir
         self.nodes = nodes
+        self.pin = pin  # each node on a CPU of its own (scripts/minicluster up --pin)
         self.env = dict(os.environ)
         self.env["MINICLUSTER_DIR"] = str(run_dir)
         self.env["SLURM_CONF"] = str(run_dir / "etc" / "slurm.conf")
@@ -76,7 +77,7 @@ class MiniCluster:
         return self.run(str(SCRIPT), *args, check=check, timeout=300)
 
     def up(self) -> None:
-        self.script("up", "--nodes", str(self.nodes))
+        self.script("up", "--nodes", str(self.nodes), *(["--pin"] if self.pin else []))
 
     def down(self) -> None:
         self.script("down")
