@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/scale_sim.py [--nodes 8,64,256,1024] [--srun-latency 0.05]
 
 (after scripts/setup; it needs strace, and root for a PID namespace per node). It prints a table and writes
-benchmarks/results/scale_sim.json (--json). The default list takes about 6 minutes on 2 cores.
+benchmarks/results/scale_sim.json (--json). The default list takes about 4 minutes on 2 cores.
 
 For each N it renders a job with raysub (CPU-only, loopback, a driver that sleeps --driver-seconds) and runs
 its batch script here, as slurmctld would on the job's first node, with fakes first on PATH:
