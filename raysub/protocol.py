@@ -120,6 +120,10 @@ NODE_PYTHON_DIR = "python"
 # LOG_DIR/NODE_PYTHON_DIR/DRIVER_GATE_DIR/sitecustomize.py: raysub/node/driver_gate.py, which the head puts
 # first on an early driver's PYTHONPATH (docs/protocol.md#the-early-driver).
 DRIVER_GATE_DIR = "driver_gate"
+# In a node's own Ray temp dir (node-local): the head's address, which the node script writes there once
+# the head is ready, for the program that loaded Ray while it started (raysub/node/join.py on a worker,
+# the unit counter on the head).
+LOCAL_HEAD_ADDRESS = "raysub_head_address"
 ATTACH_ENV = "attach.env"  # batch script: "<jobid> <head node>", read by attach.sh
 NODE_MAP = "nodes.tsv"  # batch script: "<role>\t<index>\t<node>" per node: head 0, worker 0..N-2
 ROLE_HEAD = "head"

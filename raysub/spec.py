@@ -251,6 +251,13 @@ class JobSpec:
         return self.head_timeout * self.head_attempts + 60
 
     @property
+    def signal_look_cs(self) -> int:
+        """The longest pause, in centiseconds, between a node's looks for a signal file (STARTED_RAY_HEAD,
+        SANDBOX_READY_<host>) in a wait's first minute: a hundredth of a second per ten nodes, from 0.05 s
+        to 1 s."""
+        return min(100, max(5, self.nodes // 10))
+
+    @property
     def temp_parent_per_job(self) -> bool:
         """The Ray temp dir's parent names this job (%j above the last part of --ray-temp-dir), so a
         node may remove that parent, once empty, when it leaves; a shared parent such as /tmp stays."""

@@ -23,6 +23,11 @@ class Node:
     gpus: int
 
 
+def load() -> None:
+    """Imports the client now (Ray's compiled core: about half a second of CPU), so that connect does not."""
+    import ray._raylet  # type: ignore[import-not-found,unused-ignore] # noqa: F401
+
+
 def connect(address: str) -> Any:
     """A client of the GCS at ``address`` (``ip:port``)."""
     from ray._raylet import GcsClient  # type: ignore[attr-defined]

@@ -1,11 +1,14 @@
 """The head's unit counter: how many GPUs (or, for CPU-only jobs, nodes) have joined Ray, and which nodes.
 
-Run by the head script as ``python -m raysub.node.units`` beside Ray's head. It keeps ray_worker_units (the
-head waits on it before starting the driver) and ray_joined_nodes (raysub status) up to date, both
-written atomically, and adds a timeline line for each node that joins. It polls briskly until the
-cluster is whole, then slowly to keep the count live, and ends when ENDED appears or the head script
-goes away. With --monitor-interval it also runs the monitor sidecar (raysub/node/sidecar.py) in a thread
-once the cluster is whole: one Python process on the head holds Ray's GCS client, not two.
+Run by the head script as ``python -m raysub.node.units`` while its Ray starts. It loads Ray's GCS client
+at once, with only the CPU nobody else wants (raysub/node/join.py's Background: the head's own start comes
+first), then waits for ``--address-file`` (node-local), where the head script writes the GCS address once
+its Ray is ready, and takes its usual share of the CPU back. From then on it keeps ray_worker_units (the
+head waits on it before starting the driver) and ray_joined_nodes (raysub status) up to date, both written
+atomically, and adds a timeline line for each node that joins. It polls briskly until the cluster is
+whole, then slowly to keep the count live, and ends when ENDED appears or the head script goes away. With
+--monitor-interval it also runs the monitor sidecar (raysub/node/sidecar.py) in a thread once the cluster
+is whole: one Python process on the head holds Ray's GCS client, not two.
 
 Exit status: 0 when it ended so; UNPROTECTED when --auth token was asked for and this Ray does not
 enforce it (before Ray 2.52 RAY_AUTH_MODE is ignored); 1 on any other error. On failure its only line on
@@ -25,8 +28,10 @@ from typing import Any, get_args
 from raysub import protocol
 from raysub.monitor import gcs_endpoints
 from raysub.node import gcs, sidecar
+from raysub.node.join import Background, wait_address
 
 UNPROTECTED = 3
+READY_LOOK_S = 0.02  # for the address file: a stat of a node-local file
 BRISK_S = 0.05  # until every unit has joined: one cheap read of the node table
 SLOW_S = 5.0  # afterwards
 
@@ -64,7 +69,9 @@ class Counter:
             self.units = units
 
 
-def count(args: argparse.Namespace, client: Any, sleep: Callable[[float], None] = time.sleep) -> None:
+def count(
+    args: argparse.Namespace, client: Any, address: str, sleep: Callable[[float], None] = time.sleep
+) -> None:
     """Poll the node table until the job ends or the process that started this one is gone; start the
     monitor sidecar (with --monitor-interval) once every unit has joined."""
     counter = Counter(protocol.LogDir(args.log_dir), args.node, args.kind == "gpu")
@@ -82,9 +89,7 @@ def count(args: argparse.Namespace, client: Any, sleep: Callable[[float], None] 
         whole = (counter.units or 0) >= args.expected
         if whole and monitor:
             idle = sidecar.IdleWatch(args.idle_threshold, args.idle_after)
-            sidecar.start(
-                counter.logs, args.node, args.monitor_interval, idle, gcs_endpoints(args.gcs), going
-            )
+            sidecar.start(counter.logs, args.node, args.monitor_interval, idle, gcs_endpoints(address), going)
             monitor = False
         sleep(SLOW_S if whole else BRISK_S)
 
@@ -92,7 +97,12 @@ def count(args: argparse.Namespace, client: Any, sleep: Callable[[float], None] 
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m raysub.node.units", description=__doc__)
     parser.add_argument("--log-dir", type=Path, required=True)
-    parser.add_argument("--gcs", required=True, help="the GCS address, ip:port")
+    parser.add_argument(
+        "--address-file",
+        type=Path,
+        required=True,
+        help="where the GCS address (ip:port) comes once Ray is up",
+    )
     parser.add_argument("--expected", type=int, required=True, help="units the job waits for")
     parser.add_argument("--kind", choices=get_args(protocol.UnitKind), required=True, help="what a unit is")
     parser.add_argument("--auth", choices=get_args(protocol.AuthMode), required=True)
@@ -109,14 +119,23 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, background: Background | None = None) -> int:
     args = parse(argv)
+    parent = os.getppid()
     try:
-        client = gcs.connect(args.gcs)  # first: a Ray without this API is no Ray to check the token of
+        if background is not None:
+            background.lower()
+        gcs.load()  # first: a Ray without this API is no Ray to check the token of
+        address = wait_address(args.address_file, parent, look=READY_LOOK_S)
+        if address is None:
+            return 0
+        if background is not None and not background.restore():
+            raise RuntimeError(f"cannot set {background.path} back to nice 0")
+        client = gcs.connect(address)
         if args.auth == "token" and not token_enforced():
             print("unprotected", flush=True)
             return UNPROTECTED
-        count(args, client)
+        count(args, client, address)
     except Exception as error:  # its last word, on one line: the head ends the job with it
         print(*f"{type(error).__name__}: {error}".split(), flush=True)
         raise
@@ -124,4 +143,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(background=Background()))

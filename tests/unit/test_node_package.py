@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 from argparse import Namespace
 from pathlib import Path
 from types import SimpleNamespace
@@ -128,8 +129,8 @@ class FakeGcs:
 
 def arguments(logs: protocol.LogDir, kind: str = "gpu", auth: str = "none", *more: str) -> Namespace:
     return units.parse(
-        [f"--log-dir={logs.path}", "--gcs=10.0.0.1:6379", "--expected=16", f"--kind={kind}", f"--auth={auth}",
-         "--node=node1", *more]
+        [f"--log-dir={logs.path}", f"--address-file={logs.path / 'address'}", "--expected=16",
+         f"--kind={kind}", f"--auth={auth}", "--node=node1", *more]
     )  # fmt: skip
 
 
@@ -141,7 +142,7 @@ def test_the_counter_publishes_units_nodes_and_joins(tmp_path: Path) -> None:
         [node_info("node1", 8), node_info("node2", 8), node_info("gone", 8, state=1)],
     ]
     sleeps: list[float] = []
-    units.count(arguments(logs), FakeGcs(answers, logs), sleeps.append)
+    units.count(arguments(logs), FakeGcs(answers, logs), "10.0.0.1:6379", sleeps.append)
     assert logs.units() == 16
     assert logs.joined_nodes() == ["node1", "node2"]
     joined = [(e.phase, e.node, e.detail) for e in logs.timeline()]
@@ -165,24 +166,58 @@ def test_the_counter_starts_the_monitor_sidecar_once_every_unit_joined(
     both = [node_info("node1", 8), node_info("node2", 8)]
     answers: list[Any] = [[node_info("node1", 8)], both, both, both]
     args = arguments(logs, "gpu", "none", "--monitor-interval=2.5", "--idle-threshold=3", "--idle-after=60")
-    units.count(args, FakeGcs(answers, logs), lambda seconds: None)
+    units.count(args, FakeGcs(answers, logs), "10.0.0.1:6379", lambda seconds: None)
     assert started == [("node1", 2.5, 3.0, 60.0, "endpoints of 10.0.0.1:6379", 16)]
 
 
 def test_without_gpus_the_counter_counts_nodes(tmp_path: Path) -> None:
     logs = protocol.LogDir(tmp_path)
-    units.count(arguments(logs, kind="node"), FakeGcs([[node_info("a", 0), node_info("b", 0)]], logs), print)
+    two = FakeGcs([[node_info("a", 0), node_info("b", 0)]], logs)
+    units.count(arguments(logs, kind="node"), two, "10.0.0.1:6379", print)
     assert logs.units() == 2
+
+
+def main_argv(logs: protocol.LogDir, auth: str = "none") -> list[str]:
+    address_file = logs.path / "raysub_head_address"
+    return [f"--log-dir={logs.path}", f"--address-file={address_file}", "--expected=1", "--kind=gpu",
+            f"--auth={auth}", "--node=n"]  # fmt: skip
+
+
+def test_it_loads_ray_first_then_waits_for_the_heads_address_and_reads_that_gcs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    logs = protocol.LogDir(tmp_path)
+    calls: list[str] = []
+    monkeypatch.setattr(gcs, "load", lambda: calls.append("load"))
+
+    def connect(address: str) -> str:
+        calls.append(f"connect {address}")
+        return "client"
+
+    monkeypatch.setattr(gcs, "connect", connect)
+    monkeypatch.setattr(
+        units, "count", lambda args, client, address: calls.append(f"count {client} {address}")
+    )
+    arrive = threading.Timer(
+        0.3, protocol.write_atomic, args=(tmp_path / "raysub_head_address", "10.0.0.1:6379\n")
+    )
+    arrive.start()
+    try:
+        assert units.main(main_argv(logs)) == 0
+    finally:
+        arrive.join()
+    assert calls == ["load", "connect 10.0.0.1:6379", "count client 10.0.0.1:6379"]
 
 
 def test_a_ray_that_does_not_enforce_the_token_is_reported(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    monkeypatch.setattr(gcs, "load", lambda: None)
     monkeypatch.setattr(gcs, "connect", lambda address: object())
     monkeypatch.setattr(units, "token_enforced", lambda: False)
     logs = protocol.LogDir(tmp_path)
-    assert units.main([f"--log-dir={logs.path}", "--gcs=x:1", "--expected=1", "--kind=gpu", "--auth=token",
-                       "--node=n"]) == units.UNPROTECTED  # fmt: skip
+    protocol.write_atomic(tmp_path / "raysub_head_address", "10.0.0.1:6379\n")
+    assert units.main(main_argv(logs, auth="token")) == units.UNPROTECTED
     assert capsys.readouterr().out == "unprotected\n"
     assert logs.units() is None
 
@@ -190,12 +225,10 @@ def test_a_ray_that_does_not_enforce_the_token_is_reported(
 def test_an_error_is_its_last_word_on_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    def no_ray(address: str) -> None:
+    def no_ray() -> None:
         raise ModuleNotFoundError("No module named 'ray'\n(and more)")
 
-    monkeypatch.setattr(gcs, "connect", no_ray)
+    monkeypatch.setattr(gcs, "load", no_ray)
     with pytest.raises(ModuleNotFoundError):
-        units.main(
-            [f"--log-dir={tmp_path}", "--gcs=x:1", "--expected=1", "--kind=gpu", "--auth=none", "--node=n"]
-        )
+        units.main(main_argv(protocol.LogDir(tmp_path)))  # at once: it never waits for the head
     assert capsys.readouterr().out == "ModuleNotFoundError: No module named 'ray' (and more)\n"

@@ -59,6 +59,15 @@ def test_the_worker_script_waits_worker_head_wait_seconds_for_the_head() -> None
     assert 'die "Ray did not start after 2 attempts; see ' in script
 
 
+@pytest.mark.parametrize(("nodes", "most_cs"), [(1, 5), (8, 5), (64, 6), (256, 25), (1024, 100), (4096, 100)])
+def test_signal_file_looks_slow_down_as_jobs_grow(nodes: int, most_cs: int) -> None:
+    """A small job notices a signal file within 0.05 s; a large one's nodes together look about a
+    thousand times a second at most, one look a second per node from a thousand nodes up."""
+    job = spec(nodes=nodes)
+    assert job.signal_look_cs == most_cs
+    assert f"    pause {most_cs}\n" in render(job)
+
+
 @pytest.mark.parametrize(
     ("temp_dir", "per_job"),
     [
