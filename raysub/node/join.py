@@ -45,8 +45,8 @@ def ray_argv(address: str, args: Sequence[str]) -> list[str]:
 
 
 def wait_address(path: Path, parent: int, look: float = LOOK_S) -> str | None:
-    """The address in ``path`` once it exists; None if the process ``parent`` (the worker script) is gone
-    first, or the file is empty. Woken at once by WAKE, which it blocks meanwhile."""
+    """The address in ``path`` once it exists; None if the process ``parent`` (the node script that
+    writes it) is gone first, or the file is empty. Woken at once by WAKE, which it blocks meanwhile."""
     signal.pthread_sigmask(signal.SIG_BLOCK, {WAKE})
     try:
         while not path.exists():
