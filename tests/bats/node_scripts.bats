@@ -131,6 +131,20 @@ wait_node() {
   assert_output "1"
 }
 
+@test "the head is ready once its GCS logs the head node's registration, before ray_current_cluster" {
+  export FAKE_UNITS="6" FAKE_RAY_GCS_LOG_ONLY=1
+  start_node "$P_HEAD_SCRIPT"
+  local started="${LOG_DIR}/${P_STARTED_RAY_HEAD}" tries=0
+  # Without the log line the head would wait its whole --head-timeout: give up long before.
+  until [[ -e $started ]] || ((++tries > 200)); do sleep 0.05; done
+  # The fake head never writes ray_current_cluster here: only the GCS's log line can have said so.
+  assert [ -e "$started" ]
+  wait_node
+  assert_failure 3
+  assert_equal "$(cat "$started")" "127.0.0.1:7379"
+  assert_equal "$(cat "${LOG_DIR}/${P_DRIVER_LOG}")" "driver ran"
+}
+
 @test "an early Python driver starts while workers join, and its ray.init returns only once all joined" {
   local nodes="${BATS_TEST_TMPDIR}/nodes" before="${BATS_TEST_TMPDIR}/before_init"
   export FAKE_RAY_NODES=$nodes
