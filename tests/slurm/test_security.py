@@ -5,12 +5,13 @@ request from another node without the job's token, while its driver and raysub a
 import json
 import stat
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
 
-from raysub.protocol import NODE_PYTHON_DIR, LogDir
-from raysub.spec import Ports
+from raysub.protocol import LOG_DIR_SUFFIX, NODE_PYTHON_DIR, LogDir
+from raysub.spec import JobSpec, Ports
 from tests.support.minicluster import MiniCluster
 from tests.support.raysub_jobs import assert_clean, job_report, submit, wait_for
 
@@ -33,19 +34,44 @@ DRIVER = (
 )
 
 
+# What Ray's client proxy answers when the server it starts for a new client exits at once.
+SERVER_FAILED = "Starting Ray client server failed"
+
+
 def probe(cluster: MiniCluster, logs: LogDir, home: Path, token: Path | None) -> dict[str, object]:
-    """What a stranger on ``STRANGER`` gets from the job's head: see tests/slurm/jobs/probe_ray.py."""
+    """What a stranger on ``STRANGER`` gets from the job's head: see tests/slurm/jobs/probe_ray.py.
+
+    In some full runs of the suite (never alone) the server Ray's client proxy forks for the first
+    client died within 10 ms, with empty logs, right after gRPC said "Other threads are currently
+    calling into gRPC, skipping fork() handlers"; the next client got a server on the next port (as in
+    ray-project/ray#18876). That is Ray's start-up, not the token's doing: the probe then warns, with
+    the head's client server logs, and knocks once more."""
     home.mkdir(exist_ok=True)  # empty: no ~/.ray/auth_token to fall back on
     env = {"HOME": str(home), "PATH": "/usr/bin:/bin"}
     if token is not None:
         env |= {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token)}
     head_ip = logs.started_ray_head.read_text().split(":")[0]
     ports = Ports()
-    out = cluster.run_in_node_netns(
-        STRANGER, sys.executable, str(PROBE), head_ip, str(ports.client), str(ports.dashboard), env=env
-    )
-    result: dict[str, object] = json.loads(out.stdout.splitlines()[-1])
+    argv = [sys.executable, str(PROBE), head_ip, str(ports.client), str(ports.dashboard)]
+
+    def knock() -> dict[str, object]:
+        out = cluster.run_in_node_netns(STRANGER, *argv, env=env)
+        result: dict[str, object] = json.loads(out.stdout.splitlines()[-1])
+        return result
+
+    result = knock()
+    if SERVER_FAILED in str(result["client"]):
+        warnings.warn(f"{SERVER_FAILED}; knocking once more. {client_server_logs(logs)}", stacklevel=2)
+        result = knock()
     return result
+
+
+def client_server_logs(logs: LogDir) -> str:
+    """The head's Ray client server logs, while the job (and its temp dir) is still there."""
+    job_id = logs.path.name.removesuffix(LOG_DIR_SUFFIX)
+    temp = Path(JobSpec(nodes=1).ray_temp_dir.replace("%j", job_id)).parent
+    found = sorted(temp.glob("*/session_latest/logs/ray_client_server*.err"))
+    return "\n".join(f"== {path}\n{path.read_text(errors='replace')[-4000:]}" for path in found) or "(no log)"
 
 
 def mode(path: Path) -> int:
