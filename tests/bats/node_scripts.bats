@@ -313,3 +313,51 @@ GPUS
   run grep -c '"verdict":"warn"' "${LOG_DIR}/${P_PREFLIGHT}"
   assert_output "1"
 }
+
+# Slurm ends a step by sending TERM to its processes deepest first, so a node script sees its child
+# die of TERM a moment before its own TERM comes, and before the batch script's trap has written ENDED.
+# The trap, as the batch script's end_job: first writer wins.
+batch_script_ends_job() {
+  (set -o noclobber && printf 'the batch script got SIGTERM\n' >"${LOG_DIR}/${P_ENDED}") 2>/dev/null || true
+}
+
+@test "a worker whose Ray dies of Slurm's TERM leaves the reason to the batch script" {
+  printf '10.0.0.1:7379\n' >"${LOG_DIR}/${P_STARTED_RAY_HEAD}"
+  printf '10.0.0.1:7379\n' >"${LOG_DIR}/${P_DRIVER_STARTED}"
+  start_node "$P_WORKER_SCRIPT"
+  wait_file "${FAKE_RAY_LOG}.pids" 5
+  kill -TERM "$(head -n 1 "${FAKE_RAY_LOG}.pids")"
+  sleep 0.5
+  batch_script_ends_job
+  wait_node
+  assert_success
+  assert_equal "$(cat "${LOG_DIR}/${P_ENDED}")" "the batch script got SIGTERM"
+}
+
+@test "a unit counter that dies of Slurm's TERM leaves the reason to the batch script" {
+  export FAKE_UNITS="0"
+  start_node "$P_HEAD_SCRIPT"
+  local counter="" tenths=100
+  while [[ -z $counter ]] && ((tenths-- > 0)); do
+    sleep 0.1
+    counter=$(pgrep -f -- "raysub.node.units --log-dir=${LOG_DIR}") || true
+  done
+  assert [ -n "$counter" ]
+  wait_file "${LOG_DIR}/${P_STARTED_RAY_HEAD}" 10
+  kill -TERM "$counter"
+  sleep 0.5
+  batch_script_ends_job
+  wait_node
+  assert_equal "$(cat "${LOG_DIR}/${P_ENDED}")" "the batch script got SIGTERM"
+}
+
+@test "a worker whose Ray dies of TERM while no job ends still ends the job, 5 s later" {
+  printf '10.0.0.1:7379\n' >"${LOG_DIR}/${P_STARTED_RAY_HEAD}"
+  printf '10.0.0.1:7379\n' >"${LOG_DIR}/${P_DRIVER_STARTED}"
+  start_node "$P_WORKER_SCRIPT"
+  wait_file "${FAKE_RAY_LOG}.pids" 5
+  kill -TERM "$(head -n 1 "${FAKE_RAY_LOG}.pids")"
+  wait_node
+  assert_failure 1
+  assert_equal "$(cat "${LOG_DIR}/${P_ENDED}")" "worker 1 on nodeA: Ray exited with status 143 while the driver ran"
+}
