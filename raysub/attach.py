@@ -23,8 +23,9 @@ def ray_environment(job: Job) -> dict[str, str]:
     env = {"RAY_AUTH_MODE": "disabled"}
     if job.logs.auth_token.exists():
         env = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(job.logs.auth_token)}
-    if job.logs.started_ray_head.exists():
-        env["RAY_ADDRESS"] = job.logs.started_ray_head.read_text().strip()
+    address = job.logs.head_address()
+    if address:
+        env["RAY_ADDRESS"] = address
     return env
 
 

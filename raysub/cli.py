@@ -16,7 +16,7 @@ from raysub import __version__
 from raysub import plan as planning
 from raysub.node import smoke as smoke_test
 from raysub.profiles import ProfileError, load_profile
-from raysub.protocol import AuthMode, PreflightMode
+from raysub.protocol import AuthMode, PreflightMode, UntrustedFile
 from raysub.spec import JobSpec, Ports, Sandbox, SandboxNodes, SpecError, spec_from_options
 
 # Built-in defaults come from the spec itself, so the command line and the library cannot disagree.
@@ -119,7 +119,10 @@ def cli() -> None:
 @spec_option("--job-name", "-J", help="Slurm job name.")
 @spec_option("--exclusive/--no-exclusive", help="Whole nodes for the job.")
 @option(
-    "--sbatch-arg", "sbatch_args", multiple=True, help="Extra #SBATCH option, e.g. --qos=high (repeatable)."
+    "--sbatch-arg",
+    "sbatch_args",
+    multiple=True,
+    help="Extra #SBATCH option, e.g. --qos=high (repeatable); not one raysub sets, e.g. --nodes or --time.",
 )
 @option(
     "--log-dir", help="Base directory of the job's LOG_DIR (<base>/<jobid>-logs); default the submit dir."
@@ -135,7 +138,12 @@ def cli() -> None:
     "--ray-temp-dir",
     help="Ray's temp dir on each node; %j is the job id, %n the node name. Short: Ray's sockets live in it.",
 )
-@option("--ray-start-arg", "ray_start_args", multiple=True, help="Extra 'ray start' option (repeatable).")
+@option(
+    "--ray-start-arg",
+    "ray_start_args",
+    multiple=True,
+    help="Extra 'ray start' option (repeatable); not one raysub sets, such as --temp-dir or --port.",
+)
 @port_options
 @option(
     "--interface", help="Take each node's IP from this network interface; default the node name's address."
@@ -206,7 +214,8 @@ def cli() -> None:
 )
 @spec_option(
     "--log-mode",
-    help="Mode of each LOG_DIR (octal); the scripts in it are always 0700, and no o+w is allowed.",
+    help="Mode of each LOG_DIR (octal), 0750 at most for the group: logs get its read bits; the token, "
+    "signal files and scripts are always the owner's alone.",
 )
 @spec_option(
     "--monitor/--no-monitor",
@@ -943,5 +952,8 @@ def main(args: Sequence[str] | None = None) -> None:
         sys.exit(error.exit_code)
     except click.Abort:
         click.echo("raysub: aborted", err=True)
+        sys.exit(1)
+    except UntrustedFile as error:  # a job's signal file that someone else could have written
+        click.echo(f"raysub: error: {error}", err=True)
         sys.exit(1)
     sys.exit(status if isinstance(status, int) else 0)

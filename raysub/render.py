@@ -139,6 +139,10 @@ def render(spec: JobSpec) -> str:
         "srun_args": [f"--cpus-per-task={spec.cpus_per_task}"] if spec.cpus_per_task else [],
         "worker_log_pattern": protocol.worker_log_pattern(spec.workers),
         "sandbox_log_pattern": protocol.sandbox_log_pattern(),
+        "private_file_mode": f"{protocol.PRIVATE_FILE_MODE:04o}",
+        "private_dir_mode": f"{protocol.PRIVATE_DIR_MODE:04o}",
+        "log_files": protocol.batch_log_files(spec.workers > 0, spec.sandbox is not None),
+        "worker_log_format": protocol.worker_log_format(spec.workers),
     }
     scripts = []
     for name, template in EMBEDDED:

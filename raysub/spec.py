@@ -7,7 +7,7 @@ from typing import Any, Literal, cast, get_args
 
 from raysub.errors import OptionError
 from raysub.plan import SIZES, Plan, PlanError, plan
-from raysub.protocol import AuthMode, PreflightMode, UnitKind
+from raysub.protocol import AuthMode, PreflightMode, UnitKind, file_mode_for_logs
 
 # AF_UNIX socket paths longer than this are refused by the kernel.
 MAX_SOCKET_PATH = 107
@@ -27,6 +27,59 @@ _HOST = re.compile(r"[A-Za-z0-9_.:-]{1,253}")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _MODE = re.compile(r"0?[0-7]{3}")
 _PYTHON = re.compile(r"python(\d+(\.\d+)?)?")
+
+# 'ray start' options raysub gives every node itself, each with the raysub option that sets it (None: the
+# role raysub gives the node, which no option changes). A --ray-start-arg repeating one would silently win
+# over raysub's: with --temp-dir, say, the head's readiness is never seen.
+RAY_START_OWNED: dict[str, str | None] = {
+    "--head": None,
+    "--address": None,
+    "--block": None,
+    "--node-name": None,
+    "--node-ip-address": "--interface",
+    "--temp-dir": "--ray-temp-dir",
+    "--num-gpus": "--gpus-per-node (and --head-gpus)",
+    "--num-cpus": "--cpus-per-task",  # only when --cpus-per-task is given: raysub sets it then
+    "--port": "--gcs-port",
+    "--ray-client-server-port": "--client-port",
+    "--include-dashboard": "--dashboard/--no-dashboard",
+    "--dashboard-host": "--dashboard-host",
+    "--dashboard-port": "--dashboard-port",
+    "--dashboard-agent-listen-port": "--dashboard-agent-port",
+    "--dashboard-agent-grpc-port": "--dashboard-agent-grpc-port",
+    "--runtime-env-agent-port": "--runtime-env-agent-port",
+    "--node-manager-port": "--node-manager-port",
+    "--object-manager-port": "--object-manager-port",
+    "--metrics-export-port": "--metrics-export-port",
+    "--min-worker-port": "--min-worker-port",
+    "--max-worker-port": "--max-worker-port",
+    "--worker-port-list": "--min-worker-port and --max-worker-port",
+}
+# sbatch options raysub writes into the script's header itself (or has an option of its own for), with
+# that option (None: raysub's fixed choice). sbatch takes any unambiguous abbreviation of a long option,
+# so an abbreviation of one of these is refused too, unless it is an sbatch option itself (SBATCH_EXACT).
+SBATCH_OWNED: dict[str, str | None] = {
+    "--nodes": "--nodes",
+    "-N": "--nodes",
+    "--ntasks-per-node": None,
+    "--exclusive": "--exclusive/--no-exclusive",
+    "--gpus-per-node": "--gpus-per-node",
+    "--cpus-per-task": "--cpus-per-task",
+    "-c": "--cpus-per-task",
+    "--partition": "--partition",
+    "-p": "--partition",
+    "--account": "--account",
+    "-A": "--account",
+    "--time": "--time",
+    "-t": "--time",
+    "--requeue": "--requeue/--no-requeue",
+    "--no-requeue": "--requeue/--no-requeue",
+    "--signal": "--signal-before and --forward-signal",
+    "--job-name": "--job-name",
+    "-J": "--job-name",
+}
+# sbatch options whose names begin one of SBATCH_OWNED's (Slurm's src/common/slurm_opt.c).
+SBATCH_EXACT = ("--ntasks", "--gpus")
 
 # The choices of --auth and --sandbox-nodes, defined here only: the command line's choices and the
 # checks below read them with typing.get_args.
@@ -280,6 +333,11 @@ class JobSpec:
         return f"{int(self.log_mode, 8):04o}"
 
     @property
+    def log_file_mode(self) -> str:
+        """The mode of the job's logs in LOG_DIR (its signal files and secrets are 0600 whatever this is)."""
+        return f"{file_mode_for_logs(int(self.log_mode, 8)):04o}"
+
+    @property
     def sandbox_nodes(self) -> int:
         if self.sandbox is None:
             return 0
@@ -290,6 +348,7 @@ class JobSpec:
         for bound in BOUNDS:
             bound.check(getattr(self, bound.attribute))
         self._check_header()
+        self._check_ray_start_args()
         self._check_env()
         self._check_nul_bytes()
         self._check_interface()
@@ -323,6 +382,19 @@ class JobSpec:
                     f"{arg!r} must be one sbatch option such as --qos=high, on one line, "
                     "with its value after '='",
                 )
+            owned = sbatch_owned(option)
+            if owned is not None:
+                raise SpecError("--sbatch-arg", _owned_message(arg, owned, SBATCH_OWNED[owned], "the header"))
+
+    def _check_ray_start_args(self) -> None:
+        """No --ray-start-arg may set what raysub sets on every node."""
+        for arg in self.ray_start_args:
+            flag = arg.partition("=")[0]
+            if flag not in RAY_START_OWNED or (flag == "--num-cpus" and self.cpus_per_task is None):
+                continue
+            raise SpecError(
+                "--ray-start-arg", _owned_message(arg, flag, RAY_START_OWNED[flag], "'ray start'")
+            )
 
     def _check_env(self) -> None:
         for key, _ in self.env:
@@ -419,11 +491,11 @@ class JobSpec:
         mode = int(self.log_mode, 8)
         if mode & 0o700 != 0o700:
             raise SpecError("--log-mode", f"{self.log_mode}: the job's own user needs rwx (0700) on its logs")
-        if mode & 0o002:
+        if mode & 0o022:
             raise SpecError(
                 "--log-mode",
-                f"{self.log_mode}: a world-writable log directory lets anyone "
-                "replace the scripts the nodes run",
+                f"{self.log_mode}: a log directory that others can write lets them replace the scripts "
+                "the nodes run and the signal files the job trusts; give the group read (0750) at most",
             )
         if self.log_dir is not None and re.search(r"[%\\\x00-\x1f\x7f]", self.log_dir):
             raise SpecError(
@@ -447,6 +519,22 @@ class JobSpec:
                 f"Ray's socket paths under it "
                 f"would pass the kernel's {MAX_SOCKET_PATH}-byte limit: keep it to {limit}",
             )
+
+
+def sbatch_owned(option: str) -> str | None:
+    """The SBATCH_OWNED option that sbatch would read ``option`` (the part before '=') as, if any."""
+    if option in SBATCH_OWNED:
+        return option
+    if not option.startswith("--"):  # short options: -N4, -t60 (the letter, then its value)
+        return option[:2] if option[:2] in SBATCH_OWNED else None
+    if len(option) < 3 or option in SBATCH_EXACT:
+        return None
+    return next((owned for owned in SBATCH_OWNED if owned.startswith(option)), None)
+
+
+def _owned_message(arg: str, owned: str, instead: str | None, where: str) -> str:
+    said = f"{arg!r} sets {owned}, which raysub controls in {where}"
+    return f"{said}: use raysub's {instead}" if instead else f"{said}; it cannot be changed"
 
 
 def time_limit_seconds(text: str) -> int | None:

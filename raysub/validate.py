@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 # The line that starts an embedded script in the batch script: cat >"$LOG_DIR/<name>" <<'<DELIMITER>'
-_EMBED_START = re.compile(r"""^cat >"\$LOG_DIR/(?P<name>[\w./-]+)" <<'(?P<delimiter>\w+)'$""")
+# (a node script is written in the stage first: cat >"$STAGE/<name>" ...)
+_EMBED_START = re.compile(r"""^cat >"\$(LOG_DIR|STAGE)/(?P<name>[\w./-]+)" <<'(?P<delimiter>\w+)'$""")
 # bash -n: "<file>: line <n>: <message>"; shellcheck -f gcc: "<file>:<line>:<col>: <level>: <message>"
 _BASH_ERROR = re.compile(r"^.*?: line (?P<line>\d+): (?P<message>.*)$")
 _SHELLCHECK = re.compile(r"^.*?:(?P<line>\d+):\d+: (?P<message>.*)$")

@@ -55,7 +55,21 @@ def wait_address(path: Path, parent: int, look: float = LOOK_S) -> str | None:
             signal.sigtimedwait({WAKE}, look)
     finally:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {WAKE})  # Ray's processes inherit the mask
-    return path.read_text().strip() or None
+    return read_own(path).strip() or None
+
+
+def read_own(path: Path) -> str:
+    """``path``'s text, refused (PermissionError) unless it is this user's and nobody else may write it: the
+    node's temp dir is the job's own, so only a temp dir the job did not make could hold another's file.
+    (raysub.protocol.check_trusted says the same for LOG_DIR; this program imports nothing of raysub.)"""
+    with os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW)) as file:
+        st = os.fstat(file.fileno())
+        if st.st_uid != os.getuid() or st.st_mode & 0o022:
+            mode = st.st_mode & 0o7777
+            raise PermissionError(
+                f"refusing {path}: owned by uid {st.st_uid}, mode {mode:04o}; not the job's"
+            )
+        return file.read()
 
 
 class Loader(threading.Thread):

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from raysub import protocol
 from raysub.node.readings import NodeMetrics
 
 
@@ -54,13 +55,12 @@ class MetricsFile:
         self._cycle += 1
         if (self._cycle - 1) % self.keep_every:
             return
-        with self.path.open("a") as out:
+        mode = protocol.log_file_mode(self.path.parent)
+        with protocol.create(self.path, mode) as out:
             out.write(line)
         if self.path.stat().st_size > self.max_bytes:
             lines = self.path.read_text().splitlines(keepends=True)
-            temporary = self.path.with_name(self.path.name + ".tmp")
-            temporary.write_text("".join(lines[::2]))
-            temporary.replace(self.path)
+            protocol.write_atomic(self.path, "".join(lines[::2]), mode)
             self.keep_every *= 2
 
 

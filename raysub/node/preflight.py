@@ -454,7 +454,9 @@ def append_check(path: Path, check: Check) -> None:
     """Appends ``check``'s line in one write, holding an flock on the file (NFS clients emulate O_APPEND,
     so the lock keeps nodes that append at once from overwriting each other); written unlocked where
     flock fails, as the timeline's writers do."""
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    mode = protocol.log_file_mode(path.parent)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, mode)
+    os.fchmod(fd, mode)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)

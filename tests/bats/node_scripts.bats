@@ -361,3 +361,41 @@ batch_script_ends_job() {
   assert_failure 1
   assert_equal "$(cat "${LOG_DIR}/${P_ENDED}")" "worker 1 on nodeA: Ray exited with status 143 while the driver ran"
 }
+
+@test "a worker refuses a STARTED_RAY_HEAD that others could have written, naming it" {
+  printf '10.0.0.9:7379\n' >"${LOG_DIR}/${P_STARTED_RAY_HEAD}"
+  chmod 0666 "${LOG_DIR}/${P_STARTED_RAY_HEAD}"
+  start_node "$P_WORKER_SCRIPT"
+  wait_node
+  assert_failure
+  run cat "${LOG_DIR}/${P_ENDED}"
+  assert_output --partial "refusing ${LOG_DIR}/${P_STARTED_RAY_HEAD}"
+  run grep -c "address=10.0.0.9" "$FAKE_RAY_LOG"
+  assert_output 0
+}
+
+@test "a temp dir that is not the job's own (made first by someone else) is not used: a fresh private one is" {
+  local planted="/tmp/rb${SLURM_JOB_ID}"
+  mkdir -m 0777 "$planted" "${planted}/nodeA"
+  chmod 0777 "$planted" "${planted}/nodeA"
+  printf '10.6.6.6:7379\n' >"${planted}/nodeA/${P_LOCAL_HEAD_ADDRESS}"
+  printf '10.0.0.1:7379\n' >"${LOG_DIR}/${P_STARTED_RAY_HEAD}"
+  start_node "$P_WORKER_SCRIPT"
+  wait_file "${FAKE_RAY_LOG}.pids" 5
+  run cat "$FAKE_RAY_LOG"
+  assert_output --partial "start --address=10.0.0.1:7379 "
+  refute_output --partial "10.6.6.6"
+  refute_output --partial "--temp-dir=${planted}/"
+  assert_output --regexp "--temp-dir=/tmp/rs-[A-Za-z0-9]{6}/nodeA "
+  run grep -F "\"phase\": \"${P_PHASE_TEMP_DIR_REPLACED}\"" "${LOG_DIR}/${P_TIMELINE}"
+  assert_output --partial "\"detail\": \"${planted}\""
+  local used
+  used=$(grep -oE -- "--temp-dir=[^ ]+" "$FAKE_RAY_LOG" | head -n 1)
+  used=${used#--temp-dir=}
+  assert_equal "$(stat -c %a "$used")" 700
+  assert_equal "$(stat -c %a "${used%/*}")" 700
+  kill -TERM "$node_pid"
+  wait_node
+  assert [ ! -e "${used%/*}" ]
+  rm -rf "$planted"
+}

@@ -40,6 +40,7 @@ for script in extract(Path(sys.argv[1]).read_text()):
     target.write_text(script.text)
 PY
   printf '%s\n' "${!P_ENV_CANARY}" >"${LOG_DIR}/${P_CANARY}"
+  [[ -d ${LOG_DIR}/${P_STAGE_DIR} ]] || mkdir -m 0700 "${LOG_DIR}/${P_STAGE_DIR}"
 }
 
 # Waits up to $2 seconds (default 10) for file $1 to exist.

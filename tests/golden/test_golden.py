@@ -95,7 +95,7 @@ def test_a_broken_embedded_script_fails_validation_naming_script_and_line(
     raysub_cli: RunCli, tmp_path: Path
 ) -> None:
     lines = (HERE / "bare_metal.sub").read_text().splitlines(keepends=True)
-    start = next(i for i, line in enumerate(lines) if line.startswith('cat >"$LOG_DIR/head.sh"'))
+    start = next(i for i, line in enumerate(lines) if line.startswith('cat >"$STAGE/head.sh"'))
     # Line 6 of head.sh becomes an unterminated if.
     lines.insert(start + 6, "if true; then\n")
     broken = tmp_path / "broken.sub"

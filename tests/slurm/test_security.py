@@ -99,8 +99,8 @@ def check_the_token_job(minicluster: MiniCluster, slurm_tmp: Path, job_id: int, 
     wait_for(slurm_tmp / "driver_running")
 
     assert (mode(logs.path), mode(logs.auth_token.parent), mode(logs.auth_token)) == (0o750, 0o700, 0o600)
-    shipped = [*logs.path.glob("*.sh"), *logs.file(NODE_PYTHON_DIR).rglob("*.py")]
-    assert {mode(script) for script in shipped} == {0o700}
+    assert {mode(script) for script in logs.path.glob("*.sh")} == {0o700}
+    assert {mode(program) for program in logs.file(NODE_PYTHON_DIR).rglob("*.py")} == {0o600}
     assert f"JobName={JOB_NAME} " in minicluster.run("scontrol", "-o", "show", "job", str(job_id)).stdout
 
     stranger = probe(minicluster, logs, slurm_tmp / "home", token=None)

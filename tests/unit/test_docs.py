@@ -1,5 +1,6 @@
 """Generated documentation, so it never drifts from the code: docs/cli.md from the commands' --help,
-docs/protocol.md's table of LOG_DIR's files from raysub.protocol.FILES, and the tables of docs/health.md
+docs/protocol.md's table of LOG_DIR's files and docs/security.md's of every path a job makes from
+raysub.protocol.FILES, and the tables of docs/health.md
 (progress forms) and docs/plan.md (spellings of the parallel sizes).
 
 Regenerate after changing an option, a help text or one of those tables:
@@ -71,6 +72,19 @@ def test_protocol_files_table_is_up_to_date() -> None:
     )
 
 
+def test_security_paths_table_is_up_to_date() -> None:
+    rows = [
+        (", ".join(f"`{n}`" for n in doc.files), doc.mode, doc.writer, doc.readers)
+        for doc in (*protocol.OTHER_PATHS, *protocol.FILES)
+    ]
+    table = markdown_table(("path", "mode", "made by", "read by, and trusted for"), rows)
+    check_generated(
+        REPO / "docs" / "security.md",
+        "the paths a job makes (raysub/protocol.py OTHER_PATHS and FILES)",
+        table,
+    )
+
+
 def test_health_progress_forms_are_up_to_date() -> None:
     from raysub.health.progress import DEFAULT_PATTERNS
 
@@ -99,7 +113,13 @@ def test_plan_spellings_are_up_to_date() -> None:
 NOT_FILES = (
     *("PHASE_", "ENV_", "ROLE_", "CONTAINER_NAME_", "LOG_DIR_SUFFIX", "STATE_HOME_DEFAULT", "JOB_INDEX"),
     *("LATEST", "LOG_SUFFIX", "AUTH_DIR", "SRUN_LOG_PREFIX", "WORKER_LOG_PREFIX", "SANDBOX_LOG_PREFIX"),
-    *("SANDBOX_READY_PREFIX", "DRIVER_RESTART_LOG_PREFIX", "RESUME_FROM", "LOCAL_HEAD_ADDRESS"),
+    *(
+        "SANDBOX_READY_PREFIX",
+        "DRIVER_RESTART_LOG_PREFIX",
+        "RESUME_FROM",
+        "LOCAL_HEAD_ADDRESS",
+        "LOG_MODE_DOC",
+    ),
 )
 
 

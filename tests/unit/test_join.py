@@ -174,3 +174,14 @@ def test_the_worker_scripts_sigcont_wakes_it_at_once(tmp_path: Path) -> None:
     assert time.monotonic() - started < 20  # woken by the signal, not by the next look 30 s on
     # Afterwards the signal is no longer blocked: Ray's processes would inherit the mask.
     assert join.WAKE not in signal.pthread_sigmask(signal.SIG_BLOCK, set())
+
+
+@pytest.mark.parametrize("mode", [0o620, 0o602])
+def test_an_address_file_others_could_have_written_is_refused(tmp_path: Path, mode: int) -> None:
+    address = tmp_path / "raysub_head_address"
+    address.write_text("10.6.6.6:6379\n")
+    address.chmod(mode)
+    with pytest.raises(PermissionError, match=f"refusing {address}"):
+        join.wait_address(address, os.getppid())
+    address.chmod(0o600)
+    assert join.wait_address(address, os.getppid()) == "10.6.6.6:6379"

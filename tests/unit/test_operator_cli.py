@@ -250,3 +250,43 @@ def test_status_and_report_show_the_gpu_preflight(raysub_cli: RunCli, base: Path
     from raysub.metrics import power_caps
 
     assert power_caps(resolve("4711", base)) == {("node3", "0"): 700.0}
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "mode"),
+    [
+        (protocol.CONTAINER_ARGS, "--container-image=img\n--prolog=/tmp/evil.sh\n", 0o600),  # a line added
+        (protocol.CONTAINER_ARGS, "--container-image=img\n", 0o660),  # the group may write it
+        (protocol.NODE_MAP, "head\t0\tnode1\n", 0o620),
+        (protocol.STARTED_RAY_HEAD, "10.6.6.6:6379\n", 0o666),
+    ],
+)
+def test_attach_refuses_a_file_someone_else_could_have_written(
+    raysub_cli: RunCli, base: Path, monkeypatch: pytest.MonkeyPatch, name: str, content: str, mode: int
+) -> None:
+    from raysub.jobs import resolve
+
+    calls: list[list[str]] = []
+    monkeypatch.setattr("os.execvpe", lambda file, argv, env: calls.append(argv))
+    path = resolve("4711", base).logs.file(name)
+    path.write_text(content)
+    path.chmod(mode)
+    result = raysub_cli("attach", "4711", "--log-dir", str(base), "--", "hostname")
+    assert result.code == 1
+    assert f"refusing {path}" in result.stderr and "tampered" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert calls == []
+
+
+def test_attach_refuses_a_file_of_another_user(raysub_cli: RunCli, base: Path) -> None:
+    import os
+
+    from raysub.jobs import resolve
+
+    if os.getuid() != 0:
+        pytest.skip("needs root to give a file to another user")
+    path = resolve("4711", base).logs.file(protocol.NODE_MAP)
+    os.chown(path, 65534, 65534)
+    result = raysub_cli("attach", "4711", "--log-dir", str(base), "--", "hostname")
+    assert result.code == 1
+    assert f"refusing {path}: it is owned by uid 65534" in result.stderr

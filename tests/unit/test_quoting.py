@@ -22,11 +22,12 @@ ECHO_ARGV = [sys.executable, "-c", "import json, sys; sys.stdout.write(json.dump
 def write_embedded(script: str, name: str, log_dir: Path) -> Path:
     """Runs, with bash, the part of the batch script that writes ``name`` into LOG_DIR; returns the file."""
     lines = script.splitlines(keepends=True)
-    start = next(i for i, line in enumerate(lines) if line.startswith(f'cat >"$LOG_DIR/{name}" <<'))
+    heads = (f'cat >"$LOG_DIR/{name}" <<', f'cat >"$STAGE/{name}" <<')  # node scripts are staged first
+    start = next(i for i, line in enumerate(lines) if line.startswith(heads))
     delimiter = lines[start].rstrip("\n").split("<<")[1].strip("'")
     end = next(i for i in range(start + 1, len(lines)) if lines[i].rstrip("\n") == delimiter)
     snippet = "".join(lines[start : end + 1])
-    subprocess.run(["bash", "-c", snippet], env={"LOG_DIR": str(log_dir)}, check=True)
+    subprocess.run(["bash", "-c", snippet], env={"LOG_DIR": str(log_dir), "STAGE": str(log_dir)}, check=True)
     return log_dir / name
 
 

@@ -54,7 +54,7 @@ def test_log_dir_mode_and_private_scripts(raysub_cli: RunCli) -> None:
     script = script_of(raysub_cli)
     assert "mkdir -m 0750 --" in script
     assert "umask o-w\n" in script
-    assert 'chmod 0700 -- "${LOG_DIR}/${script}"' in script
+    assert 'chmod 0700 -- "${STAGE}/${script}"' in script
     assert "mkdir -m 0700 --" in script_of(raysub_cli, "--log-mode", "700")
 
 
@@ -83,6 +83,59 @@ def test_unsafe_values_are_refused(raysub_cli: RunCli, args: list[str], option: 
 
 
 @pytest.mark.parametrize(
+    ("args", "instead"),
+    [
+        (["--log-mode", "0770"], "0750"),
+        (["--log-mode", "0775"], "0750"),
+        (["--ray-start-arg=--temp-dir=/scratch/ray"], "--ray-temp-dir"),
+        (["--ray-start-arg", "--temp-dir", "--ray-start-arg", "/scratch/ray"], "--ray-temp-dir"),
+        (["--ray-start-arg=--port=7000"], "--gcs-port"),
+        (["--ray-start-arg=--num-gpus=4"], "--gpus-per-node"),
+        (["--ray-start-arg=--node-ip-address=10.0.0.1"], "--interface"),
+        (["--ray-start-arg=--node-name=x"], "cannot be changed"),
+        (["--ray-start-arg=--worker-port-list=9000,9001"], "--min-worker-port"),
+        (["--cpus-per-task", "4", "--ray-start-arg=--num-cpus=2"], "--cpus-per-task"),
+        (["--sbatch-arg=--nodes=3"], "--nodes"),
+        (["--sbatch-arg=-N3"], "--nodes"),
+        (["--sbatch-arg=--time=5"], "--time"),
+        (["--sbatch-arg=-t5"], "--time"),
+        (["--sbatch-arg=--gpus-per-node=2"], "--gpus-per-node"),
+        (["--sbatch-arg=--gpus-per-n=2"], "--gpus-per-node"),  # sbatch takes unambiguous abbreviations
+        (["--sbatch-arg=--job-name=x"], "--job-name"),
+        (["--sbatch-arg=-Jx"], "--job-name"),
+        (["--sbatch-arg=--signal=B:USR1@60"], "--signal-before"),
+        (["--sbatch-arg=--requeue"], "--requeue/--no-requeue"),
+        (["--sbatch-arg=--exclusive=user"], "--exclusive/--no-exclusive"),
+        (["--sbatch-arg=--ntasks-per-node=2"], "cannot be changed"),
+    ],
+)
+def test_values_raysub_sets_itself_are_refused_naming_the_option_to_use(
+    raysub_cli: RunCli, args: list[str], instead: str
+) -> None:
+    result = raysub_cli("render", "--nodes", "2", *args, "--", "true")
+    assert result.code == 2, result.stdout[:200]
+    assert instead in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--sbatch-arg=--gpus=8"],  # an sbatch option of its own, not an abbreviation of --gpus-per-node
+        ["--sbatch-arg=--ntasks=2"],
+        ["--sbatch-arg=--qos=high"],
+        ["--ray-start-arg=--num-cpus=2"],  # raysub sets --num-cpus only with --cpus-per-task
+        ["--ray-start-arg=--object-store-memory=200000000"],
+        ["--log-mode", "0750"],
+        ["--log-mode", "0755"],
+    ],
+)
+def test_values_raysub_leaves_alone_are_taken(raysub_cli: RunCli, args: list[str]) -> None:
+    result = raysub_cli("render", "--nodes", "2", *args, "--", "true")
+    assert result.code == 0, result.stderr
+
+
+@pytest.mark.parametrize(
     ("value", "line"),
     [
         ("train", "--job-name=train"),
@@ -95,9 +148,9 @@ def test_sbatch_header_values_are_quoted_for_sbatch(raysub_cli: RunCli, value: s
 
 
 def test_sbatch_arg_values_are_quoted_and_flags_kept() -> None:
-    script = render(JobSpec(nodes=1, sbatch_args=("--comment=a b", "--exclusive=user", "--overcommit")))
+    script = render(JobSpec(nodes=1, sbatch_args=("--comment=a b", "--mail-type=END", "--overcommit")))
     assert '#SBATCH --comment="a b"\n' in script
-    assert "#SBATCH --exclusive=user\n" in script
+    assert "#SBATCH --mail-type=END\n" in script
     assert "#SBATCH --overcommit\n" in script
 
 

@@ -81,7 +81,7 @@ def test_signal_file_looks_slow_down_as_jobs_grow(nodes: int, most_cs: int) -> N
 def test_temp_parent_per_job_when_j_is_above_the_last_part(temp_dir: str, per_job: bool) -> None:
     job = spec(ray_temp_dir=temp_dir)
     assert job.temp_parent_per_job is per_job
-    assert ('TEMP_PARENT=$(dirname -- "$TEMP_DIR")' in render(job)) is per_job
+    assert ("TEMP_PARENT=$own" in render(job)) is per_job
 
 
 @pytest.mark.parametrize(("auth", "token"), [("token", True), ("none", False)])
