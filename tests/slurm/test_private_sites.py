@@ -142,6 +142,9 @@ def test_a_default_group_acl_on_the_submit_directory_reaches_none_of_the_jobs_se
 ) -> None:
     alice, _, bin_dir = site
     workdir = user_dir(alice, acl=True)
+    # The job index goes under the home directory, which a default ACL may reach too.
+    shutil.rmtree(alice.home / ".local", ignore_errors=True)
+    subprocess.run(["setfacl", "-d", "-m", f"g:{users.GROUP}:rwx", str(alice.home)], check=True)
     try:
         job_id, logs = submit_as(
             minicluster, alice, bin_dir, workdir, [*TWO_NODES, "--", "python", "-c", DRIVER]
@@ -149,6 +152,11 @@ def test_a_default_group_acl_on_the_submit_directory_reaches_none_of_the_jobs_se
         wait_done(minicluster, job_id, logs, workdir)
         assert_private(logs, alice.uid)
         assert logs.file(protocol.ENDED).exists() and logs.file(protocol.DRIVER_EXIT_CODE).exists()
+        index = alice.home / protocol.STATE_HOME_DEFAULT / protocol.JOB_INDEX_DIR
+        assert (open_to_others(index, alice.uid), open_to_others(index / protocol.JOB_INDEX, alice.uid)) == (
+            [],
+            [],
+        )
         # The logs: the group may read them (--log-mode 0750), never write.
         for name in (protocol.HEAD_LOG, protocol.DRIVER_LOG, protocol.TIMELINE):
             assert logs.file(name).stat().st_mode & 0o7777 == 0o640, name

@@ -46,9 +46,15 @@ def remove_users() -> None:
 def user_python(where: Path) -> Path:
     """A venv at ``where`` (world-readable) whose Python finds this project's packages; returns its bin."""
     venv = where / "venv"
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    system = subprocess.run(
+        ["/usr/bin/python3", "-c", "import sys; print(f'python{sys.version_info[0]}.{sys.version_info[1]}')"],
+        check=True, text=True, capture_output=True,
+    ).stdout.strip()  # fmt: skip
+    if system != version:  # the project's compiled packages (Ray's) load only into the same minor version
+        raise RuntimeError(f"/usr/bin/python3 is {system}, the project's venv {version}: set PYTHON to it")
     subprocess.run(["/usr/bin/python3", "-m", "venv", "--without-pip", str(venv)], check=True)
     site = Path(sysconfig.get_paths()["purelib"])  # the project venv's site-packages (this Python's)
-    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
     (venv / "lib" / version / "site-packages" / "raysub_project.pth").write_text(
         f"import site; site.addsitedir({str(site)!r})\n"
     )
