@@ -433,7 +433,7 @@ def driver_log_name(run: int) -> str:
 
 
 def worker_log_name(index: int, workers: int) -> str:
-    return f"{WORKER_LOG_PREFIX}{index:0{worker_index_width(workers)}d}{LOG_SUFFIX}"
+    return worker_log_format(workers) % index
 
 
 def worker_log_pattern(workers: int) -> str:
@@ -504,9 +504,9 @@ def expected_owner(path: Path) -> int:
     return path.parent.stat().st_uid if uid == 0 else uid
 
 
-def check_trusted(path: Path, st: os.stat_result, owner: int | None = None) -> None:
-    """Raise UntrustedFile unless ``st`` (``path``'s) is owned by ``owner`` and nobody else may write it."""
-    owner = expected_owner(path) if owner is None else owner
+def check_trusted(path: Path, st: os.stat_result) -> None:
+    """Raise UntrustedFile unless ``st`` (``path``'s) is the job user's and nobody else may write it."""
+    owner = expected_owner(path)
     if st.st_uid != owner:
         raise UntrustedFile(
             f"refusing {path}: it is owned by uid {st.st_uid}, not {owner}; it may have been tampered with"
@@ -518,7 +518,7 @@ def check_trusted(path: Path, st: os.stat_result, owner: int | None = None) -> N
         )
 
 
-def read_trusted(path: Path, owner: int | None = None) -> str | None:
+def read_trusted(path: Path) -> str | None:
     """``path``'s text, after checking that only its owner (the job's user) could have written it; None
     when it does not exist. Raises UntrustedFile otherwise."""
     try:
@@ -528,7 +528,7 @@ def read_trusted(path: Path, owner: int | None = None) -> str | None:
     except OSError as error:  # O_NOFOLLOW on a symbolic link: ELOOP
         raise UntrustedFile(f"refusing {path}: {error.strerror}") from error
     with os.fdopen(fd, encoding="utf-8", errors="replace") as file:
-        check_trusted(path, os.fstat(file.fileno()), owner)
+        check_trusted(path, os.fstat(file.fileno()))
         return file.read()
 
 

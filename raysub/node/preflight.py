@@ -55,7 +55,6 @@ from __future__ import annotations
 import argparse
 import fcntl
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -454,17 +453,12 @@ def append_check(path: Path, check: Check) -> None:
     """Appends ``check``'s line in one write, holding an flock on the file (NFS clients emulate O_APPEND,
     so the lock keeps nodes that append at once from overwriting each other); written unlocked where
     flock fails, as the timeline's writers do."""
-    mode = protocol.log_file_mode(path.parent)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, mode)
-    os.fchmod(fd, mode)
-    try:
+    with protocol.create(path, protocol.log_file_mode(path.parent)) as out:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            fcntl.flock(out.fileno(), fcntl.LOCK_EX)
         except OSError as error:
             print(f"raysub: {path.name} written without a lock: {error}", file=sys.stderr)
-        os.write(fd, check.line().encode())
-    finally:
-        os.close(fd)
+        out.write(check.line())
 
 
 def read_checks(path: Path) -> list[Check]:
