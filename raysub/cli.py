@@ -17,6 +17,7 @@ from raysub import plan as planning
 from raysub.node import smoke as smoke_test
 from raysub.profiles import ProfileError, load_profile
 from raysub.protocol import AuthMode, PreflightMode, UntrustedFile
+from raysub.resume import checkpoint_dir_problem
 from raysub.spec import JobSpec, Ports, Sandbox, SandboxNodes, SpecError, spec_from_options
 
 # Built-in defaults come from the spec itself, so the command line and the library cannot disagree.
@@ -283,6 +284,12 @@ def cli() -> None:
     help="A checkpoint is complete only once it holds this file (default: each layout's own sign).",
 )
 @spec_option(
+    "--create-checkpoint-dir/--no-create-checkpoint-dir",
+    help="Make --checkpoint-dir when it does not exist: here it need not exist, and the job makes it. "
+    "Without this a missing directory is an error, here and in the job (a typo would start every "
+    "attempt from scratch).",
+)
+@spec_option(
     "--early-driver/--no-early-driver",
     help="When COMMAND runs python, start it as soon as the head is up: its imports and ray.init run while "
     "the workers join, and ray.init returns only once the cluster is whole (docs/protocol.md). Other "
@@ -332,6 +339,13 @@ def render(ctx: click.Context, /, output: Path | None, **values: Any) -> None:
     try:
         spec = spec_from_options(values)
         script = render_script(spec)
+        problem = (
+            spec.checkpoint_dir
+            and not spec.create_checkpoint_dir
+            and checkpoint_dir_problem(Path(spec.checkpoint_dir))
+        )
+        if problem:
+            raise SpecError("--checkpoint-dir", problem)
     except SpecError as error:
         raise click.BadParameter(error.message, param_hint=f"'{error.option}'") from error
     if spec.plan is not None and spec.plan.warning:
@@ -667,9 +681,18 @@ def checked_step_regex(value: str | None) -> str | None:
 
 
 def progress_options(stall_help: str) -> Callable[[F], F]:
-    """--step-regex and --stall-after: how a command reads the driver's progress (raysub health's checks)."""
+    """--step-regex, --stall-after and --slow-step-limit: how a command reads the driver's progress (raysub
+    health's checks)."""
 
     def decorate(func: F) -> F:
+        func = click.option(
+            "--slow-step-limit",
+            type=click.FloatRange(min=1),
+            metavar="SECONDS",
+            help="A step that takes this long counts as stalled even while the driver keeps printing "
+            "(before, from 3 median step times on, it is a slow_step warning). Default: 10 median step "
+            "times, at least 2 hours.",
+        )(func)
         func = click.option(
             "--stall-after",
             type=click.FloatRange(min=1),
@@ -692,7 +715,9 @@ def progress_options(stall_help: str) -> Callable[[F], F]:
 @cli.command()
 @job_options
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-@progress_options("Stalled: the driver runs and its step has not moved for this long.")
+@progress_options(
+    "Stalled: the driver runs and has printed no new step and no new output for this long.",
+)
 @click.option(
     "--gpu-idle-threshold",
     type=click.FloatRange(min=0, min_open=True, max=100),
@@ -720,6 +745,7 @@ def health(
     as_json: bool,
     step_regex: str | None,
     stall_after: float,
+    slow_step_limit: float | None,
     gpu_idle_threshold: float,
     gpu_idle_after: float,
     checkpoint_dir: Path | None,
@@ -749,6 +775,7 @@ def health(
         gpu_idle_after,
         checkpoint_dir,
         checkpoint_marker,
+        slow_step_limit=slow_step_limit,
     )
     report = check(found, slurm.job_state(found.job_id), options)
     click.echo(report.to_json() if as_json else report.describe())
@@ -867,8 +894,8 @@ def exit_codes(ctx: click.Context, param: click.Parameter, value: str) -> frozen
 )
 @seconds_option("--backoff-max", 1800.0, "MAX", "The longest wait before a restart, in seconds.")
 @progress_options(
-    "Cancel and restart a job whose driver runs but whose training step has not moved this long "
-    "(as raysub health sees it)."
+    "Cancel and restart a job whose driver runs but has printed no new step and no new output for this "
+    "long (as raysub health sees it)."
 )
 @redraw_interval(60.0, "Seconds between two questions to Slurm about the job.")
 @click.option(
@@ -882,7 +909,50 @@ def exit_codes(ctx: click.Context, param: click.Parameter, value: str) -> frozen
 @click.option(
     "--checkpoint-dir",
     type=click.Path(file_okay=False, path_type=Path),
-    help="Resubmit with RAYSUB_RESUME_FROM set to the latest checkpoint in this directory.",
+    help="Where the driver saves checkpoints. Every job gets it in RAYSUB_CHECKPOINT_DIR, and its head "
+    "sets RAYSUB_RESUME_FROM to the newest complete one in it each time a driver starts (a requeue "
+    "too). Must exist, unless --create-checkpoint-dir.",
+)
+@click.option(
+    "--checkpoint-marker",
+    metavar="NAME",
+    help="A checkpoint is complete only once it holds this file (as raysub render's option).",
+)
+@click.option(
+    "--create-checkpoint-dir",
+    is_flag=True,
+    help="Make --checkpoint-dir when it does not exist: here, or, where this host cannot (a file system only "
+    "the compute nodes mount), by each job's head.",
+)
+@click.option(
+    "--max-excluded",
+    type=click.IntRange(min=0),
+    default=4,
+    show_default=True,
+    help="Leave at most this many nodes out of later jobs (sbatch --exclude) after a job named them as "
+    "failed (a dead node, a failed GPU check, a node that never joined). 0: never.",
+)
+@seconds_option(
+    "--quick-failure",
+    60.0,
+    "SECONDS",
+    "A driver run that fails this soon after its own start fails quickly (restarts in the allocation "
+    "before it do not count); two jobs in a row that fail quickly end the run.",
+)
+@seconds_option(
+    "--submit-retry-for",
+    3600.0,
+    "SECONDS",
+    "Keep trying a submission that fails (a controller that is down or slow) this long; such failures "
+    "use up no --max-restarts.",
+)
+@seconds_option(
+    "--sbatch-timeout",
+    30.0,
+    "SECONDS",
+    "How long sbatch may take; then watch asks Slurm whether it queued the job anyway (by the comment "
+    "it gives each submission) before submitting again.",
+    above_zero=True,
 )
 @log_dir_option(
     "the directory the job is submitted from",
@@ -897,17 +967,27 @@ def watch(
     interval: float,
     no_retry: frozenset[int],
     stall_after: float,
+    slow_step_limit: float | None,
     step_regex: str | None,
     checkpoint_dir: Path | None,
+    checkpoint_marker: str | None,
+    create_checkpoint_dir: bool,
+    max_excluded: int,
+    quick_failure: float,
+    submit_retry_for: float,
+    sbatch_timeout: float,
     base: Path | None,
 ) -> None:
     """Submit JOB_SCRIPT and resubmit it until a job of it succeeds; or adopt JOB, a submitted job.
 
-    When the job fails, times out, is preempted, loses a node or stalls (it is cancelled then), raysub
-    watch waits a backoff and submits the script again, from the same directory, with the latest
-    checkpoint in RAYSUB_RESUME_FROM for the driver to resume from. It stops when a job completes with
-    exit code 0 (exit status 0), and gives up (exit status 1) after --max-restarts, on an exit code of
-    --no-retry-exit-codes, or when the driver fails within its first minute twice in a row. Every
+    When the job fails, times out, is preempted, loses a node, stalls (it is cancelled then) or is
+    interrupted by the warning signal without its driver declaring the training finished, raysub watch
+    waits a backoff and submits the script again, from the same directory, leaving out nodes the job
+    named as failed. Each job resumes from the newest checkpoint in --checkpoint-dir when its driver
+    starts. It stops when a job completes with exit code 0 (exit status 0), and gives up (exit status 1)
+    after --max-restarts, on an exit code of --no-retry-exit-codes, when the driver fails within
+    --quick-failure of its start in two jobs in a row, or when three jobs in a row never started their
+    driver. Every
     decision is printed and logged; run it again and it resumes the run, watching the same job.
 
     \b
@@ -919,17 +999,40 @@ def watch(
     from raysub import watch as watching
     from raysub.health.report import Options, stall_check
 
+    if checkpoint_dir is None and (checkpoint_marker or create_checkpoint_dir):
+        raise click.UsageError("--checkpoint-marker and --create-checkpoint-dir need --checkpoint-dir")
     try:
         found = watching.find_target(target)
         backoffs = watching.Backoff(backoff, backoff_max)
+        checkpoints = (
+            watching.Checkpoints.checked(checkpoint_dir, checkpoint_marker, create_checkpoint_dir)
+            if checkpoint_dir
+            else None
+        )
     except (watching.WatchError, ValueError) as error:
         raise click.UsageError(str(error)) from error
+    if checkpoints is not None and checkpoints.create:
+        click.echo(f"raysub: cannot make {checkpoints.directory} here: each job's head makes it", err=True)
+    rules = watching.Rules(
+        max_restarts=max_restarts,
+        no_retry_exit_codes=no_retry,
+        max_excluded=max_excluded,
+        quick_failure=quick_failure,
+        submit_retry_for=submit_retry_for,
+    )
     settings = watching.Settings(
-        rules=watching.Rules(max_restarts=max_restarts, no_retry_exit_codes=no_retry),
+        rules=rules,
         backoff=backoffs,
         interval=interval,
-        latest=watching.latest_in(checkpoint_dir) if checkpoint_dir else watching.no_checkpoint,
-        stalled=stall_check(Options(step_regex=checked_step_regex(step_regex), stall_after=stall_after)),
+        checkpoints=checkpoints,
+        stalled=stall_check(
+            Options(
+                step_regex=checked_step_regex(step_regex),
+                stall_after=stall_after,
+                slow_step_limit=slow_step_limit,
+            )
+        ),
+        submit_timeout=sbatch_timeout,
         echo=click.echo,
     )
     try:

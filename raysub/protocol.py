@@ -60,6 +60,9 @@ ENV_NODE_LIST = f"{ENV_PREFIX}NODE_LIST"  # the job's nodes, space-separated
 ENV_SANDBOX_HOSTS = f"{ENV_PREFIX}SANDBOX_HOSTS"  # the nodes that run a sandbox, space-separated
 # Set by each node script for everything it starts ("<canary> <role>"); swept when the script ends.
 ENV_MARK = f"{ENV_PREFIX}JOB_MARK"
+# Set by the head for each driver run ("<canary> <run>"): before a restart, every process that still carries
+# the previous run's value is stopped, also one that left the driver's process group (setsid, a daemon).
+ENV_DRIVER_RUN = f"{ENV_PREFIX}DRIVER_RUN"
 # Set by the head for the early driver only (raysub/node/driver_gate.py mirrors them: it imports nothing of
 # raysub): the file that opens its gate (DRIVER_STARTED), the file that says the job ends (ENDED), and the
 # driver's PYTHONPATH without the gate, which the gate puts back.
@@ -83,15 +86,41 @@ PHASE_SIGNAL_FORWARDED = "signal_forwarded"  # batch script and head; detail: th
 PHASE_STALE_LOG_DIR = "stale_log_dir"  # batch script; detail: where another job's LOG_DIR was moved
 PHASE_GPU_IDLE = "gpu_idle"  # head's monitor; detail: how many GPUs, below what, for how long
 PHASE_DRIVER_RESTART = "driver_restart"  # head (--driver-restarts); detail: which run, after what, from where
+# Whoever sees a node fail (the head: never joined; a node: its own preflight or Ray; the batch script: a
+# task that could not launch); detail: "<node>: <reason>". raysub watch leaves such nodes out next time.
+PHASE_NODE_FAILED = "node_failed"
+# The head, after a driver run ended and before the next starts (--driver-restarts); detail: what it cleared.
+PHASE_DRIVER_CLEANUP = "driver_cleanup"
 
-# raysub health: the driver's latest step and since when it has been that step (epoch seconds), so that
-# a stall is seen across reports: {"step": <int or null>, "since": <float>}.
+# raysub health and watch: the driver's latest step and since when it has been that step (epoch seconds),
+# so that a stall is seen across reports, and when each of the last PROGRESS_HISTORY step changes was first
+# seen, so that a step much slower than the others is too: {"step": <int or null>, "since": <float>,
+# "steps": [[<step>, <first seen>], ...]} (a file without "steps", from before, reads with none).
 HEALTH_PROGRESS = "health_progress.json"
+PROGRESS_HISTORY = 64
 
 # For the driver (and the user's code): the newest complete checkpoint under --checkpoint-dir when the
 # driver starts, or what `raysub watch` passed on when it resubmitted the job. Not internal: it is the
 # interface to the user's program, and no raysub option reads it.
 RESUME_FROM = "RAYSUB_RESUME_FROM"
+# Where the head looks for checkpoints when the job script names none (--checkpoint-dir at render): raysub
+# watch --checkpoint-dir exports it with each submission; the head computes RESUME_FROM from it at every
+# driver start (a Slurm requeue included), so no resume point is ever fixed at submit time.
+CHECKPOINT_DIR_ENV = "RAYSUB_CHECKPOINT_DIR"
+CHECKPOINT_MARKER_ENV = "RAYSUB_CHECKPOINT_MARKER"
+# "1": the head may make CHECKPOINT_DIR_ENV's directory (raysub watch --create-checkpoint-dir, for a file
+# system only the compute nodes mount).
+CREATE_CHECKPOINT_DIR_ENV = "RAYSUB_CREATE_CHECKPOINT_DIR"
+
+# The warning signal (#SBATCH --signal=B:SIG@T): the batch script writes its name here once it delivered it
+# to a driver. A driver that exits 0 after it is interrupted, not finished, unless it made DRIVER_FINISHED.
+SIGNAL_DELIVERED = "signal_delivered"
+# While no driver runs (a restart's backoff) the signal waits here, and goes to the next driver.
+SIGNAL_PENDING = "signal_pending"
+# The driver's own word that the training is over: it creates this file (raysub.driver.declare_finished(),
+# or `touch "$RAYSUB_FINISHED"` from any language); a 0 exit after the warning signal then counts as done.
+DRIVER_FINISHED = "driver_finished"
+FINISHED_ENV = "RAYSUB_FINISHED"
 
 # The smoke test (raysub render --smoke, raysub smoke; raysub/node/smoke.py): where one actor per GPU (or
 # node) ran and what was wrong, as one JSON object. Its writer and reader are in raysub/node/smoke.py.
@@ -298,9 +327,34 @@ FILES = (
     FileDoc(
         (DRIVER_PID,),
         "head",
-        "the driver's process group, for the batch script's signal forwarding",
+        "the driver's process group, for the batch script's signal forwarding; removed once that run "
+        "has ended, so a signal before the next run waits for it",
         "0600",
         "the batch script: whom it signals",
+    ),
+    FileDoc(
+        (SIGNAL_PENDING,),
+        "batch script",
+        "the warning signal's name (`SIGUSR1`) while it waits for a driver: it came while none ran (before "
+        "the first, or during a restart's backoff). It goes to the next driver's processes that handle it "
+        "as soon as one does, else to its whole process group once it has run 30 s",
+        "0600",
+        "the batch script: what it still has to deliver",
+    ),
+    FileDoc(
+        (SIGNAL_DELIVERED,),
+        "batch script; the head removes it before a driver restart",
+        "the warning signal's name (`SIGUSR1`) once it reached the driver's current run",
+        "0600",
+        "the head: a driver that then exits 0 without the next file was interrupted, not finished (ENDED "
+        "says so)",
+    ),
+    FileDoc(
+        (DRIVER_FINISHED,),
+        'the driver: `raysub.driver.declare_finished()`, or `touch "$RAYSUB_FINISHED"`',
+        "nothing: its existence says the training is over ([watch.md](watch.md#interrupted-or-finished))",
+        "0600 (with `touch`, the umask's)",
+        "the head: an exit 0 after the warning signal counts as finished",
     ),
     FileDoc(
         (TIMELINE, TIMELINE_LOCK),
@@ -358,10 +412,11 @@ FILES = (
     ),
     FileDoc(
         (HEALTH_PROGRESS,),
-        "`raysub health`",
-        "the driver's latest step and since when, so that a stall is seen across reports",
+        "`raysub health` and `watch`",
+        "the driver's latest step and since when, and when each of the last 64 step changes was first "
+        "seen, so that a stall and a slow step are seen across reports",
         "0600",
-        "`raysub health`, `watch`: when the run last moved",
+        "`raysub health`, `watch`: when the run last moved, and how long its steps take",
     ),
     FileDoc(
         (ENDED,),
@@ -565,6 +620,34 @@ class TimelineEvent:
 
 
 @dataclass(frozen=True)
+class ProgressSeen:
+    """health_progress.json: the driver's step as raysub health and watch last saw it (None: no step yet),
+    since when it has been that step, and when each of the last PROGRESS_HISTORY step changes was first
+    seen, oldest first. A run's own step lines rarely say when they were printed, so how long a step takes
+    is measured from these sightings."""
+
+    step: int | None
+    since: float  # epoch seconds
+    steps: tuple[tuple[int, float], ...] = ()  # (step, first seen)
+
+
+def _whole_number(value: object) -> int | None:
+    """``value`` when JSON gave an integer (true and false are no steps)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _step_sightings(value: object) -> tuple[tuple[int, float], ...]:
+    """The well-formed [step, seconds] pairs of ``value``, the last PROGRESS_HISTORY of them."""
+    pairs = []
+    for item in value if isinstance(value, list) else []:
+        if isinstance(item, list) and len(item) == 2:
+            step, seen = _whole_number(item[0]), item[1]
+            if step is not None and isinstance(seen, (int, float)) and not isinstance(seen, bool):
+                pairs.append((step, float(seen)))
+    return tuple(pairs[-PROGRESS_HISTORY:])
+
+
+@dataclass(frozen=True)
 class LogDir:
     """One attempt's LOG_DIR and every file in it."""
 
@@ -671,17 +754,23 @@ class LogDir:
         self.append_timeline(PHASE_ENDED, node, reason)
         return True
 
-    def progress_seen(self) -> tuple[int | None, float] | None:
-        """What raysub health last saw: the driver's step (None: no step yet) and since when."""
+    def progress_seen(self) -> ProgressSeen | None:
+        """What raysub health and watch last saw of the driver's step (None before they saw anything, or
+        when the file is unreadable: the next report starts afresh)."""
         try:
             record = json.loads(_read(self.file(HEALTH_PROGRESS)) or "")
             step, since = record["step"], float(record["since"])
+            steps = record.get("steps")
         except (ValueError, KeyError, TypeError):
             return None
-        return (step if isinstance(step, int) else None), since
+        return ProgressSeen(_whole_number(step), since, _step_sightings(steps))
 
-    def write_progress_seen(self, step: int | None, since: float) -> None:
-        write_atomic(self.file(HEALTH_PROGRESS), json.dumps({"step": step, "since": since}) + "\n")
+    def write_progress_seen(self, seen: ProgressSeen) -> None:
+        """Only the last PROGRESS_HISTORY step changes are kept, so the file stays small however long the
+        run."""
+        steps = [[step, t] for step, t in seen.steps[-PROGRESS_HISTORY:]]
+        record = {"step": seen.step, "since": seen.since, "steps": steps}
+        write_atomic(self.file(HEALTH_PROGRESS), json.dumps(record) + "\n")
 
     def timeline(self) -> list[TimelineEvent]:
         """Every whole line of timeline.jsonl, in file order (a line still being written is left out)."""

@@ -5,7 +5,7 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,18 +68,25 @@ class JobRecord:
 
 
 def _ask(
-    errors: list[str], *args: str, cwd: Path | None = None, env: Mapping[str, str] | None = None
+    errors: list[str],
+    *args: str,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout: float = TIMEOUT,
 ) -> subprocess.CompletedProcess[str] | None:
     """Run a Slurm tool (in ``cwd``, with ``env``); None (and why, in ``errors``) when it is missing, hangs
-    or cannot start."""
+    past ``timeout`` seconds or cannot start."""
     if shutil.which(args[0]) is None:
         errors.append(f"{args[0]} is not installed here")
         return None
     try:
         return subprocess.run(  # check=False, the default: the caller reads the return code
-            args, capture_output=True, text=True, timeout=TIMEOUT, stdin=subprocess.DEVNULL, cwd=cwd, env=env
+            args, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL, cwd=cwd, env=env
         )
-    except (OSError, subprocess.TimeoutExpired) as error:
+    except subprocess.TimeoutExpired:
+        errors.append(f"{args[0]}: no answer in {timeout:g} s (timed out)")
+        return None
+    except OSError as error:
         errors.append(f"{args[0]}: {error}")
         return None
 
@@ -144,14 +151,38 @@ def batch_script(job_id: str) -> BatchScript:
     )
 
 
+# What a Slurm tool says when the controller is down, busy or slow (src/common/slurm_errno.c, sbatch.c), and
+# _ask's own word for a tool that did not answer in time: the same call may work later.
+TRANSIENT = (
+    "timed out",
+    "Unable to contact slurm controller",
+    "Socket timed out on send/recv operation",
+    "Communication connection failure",
+    "Slurm backup controller in standby mode",
+    "Rate limit exceeded",
+    "MaxJobCount limit reached",
+    "temporarily unable",
+    "Resource temporarily unavailable",
+    "Zero Bytes were transmitted or received",
+)
+
+
 class SlurmError(RuntimeError):
     """A Slurm command that had to succeed did not; the message is the tool's complaint."""
 
+    @property
+    def transient(self) -> bool:
+        """The controller was down, busy or slow: asking again later may work (and a submission may have
+        gone through although sbatch did not say so)."""
+        return any(word in str(self) for word in TRANSIENT)
 
-def _must(*args: str, cwd: Path | None = None, env: Mapping[str, str] | None = None) -> str:
+
+def _must(
+    *args: str, cwd: Path | None = None, env: Mapping[str, str] | None = None, timeout: float = TIMEOUT
+) -> str:
     """Run a Slurm tool that has to succeed: its stdout, or SlurmError with its complaint."""
     errors: list[str] = []
-    done = _ask(errors, *args, cwd=cwd, env=env)
+    done = _ask(errors, *args, cwd=cwd, env=env, timeout=timeout)
     if done is None:
         raise SlurmError(errors[0])
     if done.returncode != 0:
@@ -159,21 +190,52 @@ def _must(*args: str, cwd: Path | None = None, env: Mapping[str, str] | None = N
     return done.stdout
 
 
-def submit(script: Path, cwd: Path, export: Mapping[str, str] | None = None) -> str:
-    """``sbatch --parsable script`` run in ``cwd`` (the job's submit directory); the new job's id.
+def submit(
+    script: Path,
+    cwd: Path,
+    export: Mapping[str, str] | None = None,
+    options: Sequence[str] = (),
+    timeout: float = TIMEOUT,
+) -> str:
+    """``sbatch --parsable [options] script`` run in ``cwd`` (the job's submit directory); the new job's id.
 
     ``export`` adds variables to the job's environment on top of all of sbatch's own
     (--export=ALL,NAME=value). A value with a comma, which --export cannot carry, is put in sbatch's
-    environment and named alone (--export=ALL,NAME), which makes sbatch pass on its value from there."""
+    environment and named alone (--export=ALL,NAME), which makes sbatch pass on its value from there.
+    SlurmError when sbatch fails or gives no answer in ``timeout`` seconds: the job may be queued even
+    then (see job_with_comment)."""
     export = export or {}
     names = [name if "," in value else f"{name}={value}" for name, value in export.items()]
-    options = [f"--export={','.join(['ALL', *names])}"] if names else []
-    out = _must("sbatch", "--parsable", *options, str(script), cwd=cwd, env={**os.environ, **export})
+    exports = [f"--export={','.join(['ALL', *names])}"] if names else []
+    out = _must(
+        "sbatch",
+        "--parsable",
+        *exports,
+        *options,
+        str(script),
+        cwd=cwd,
+        env={**os.environ, **export},
+        timeout=timeout,
+    )
     # --parsable prints "jobid" or "jobid;cluster".
     job_id = (out.strip().splitlines() or [""])[-1].partition(";")[0]
     if not job_id.isdigit():
         raise SlurmError(f"sbatch: printed no job id ({out.strip()!r})")
     return job_id
+
+
+def job_with_comment(comment: str) -> str | None:
+    """The id of this user's job whose comment is ``comment`` (the newest, should there be several), None
+    when Slurm knows none; SlurmError when squeue cannot be asked. Jobs that ended recently count too:
+    slurmctld keeps them MinJobAge seconds."""
+    out = _must("squeue", "-h", "--states=all", f"--user={os.getuid()}", "--format=%i|%k")
+    found = [line.partition("|")[0] for line in out.splitlines() if line.partition("|")[2].strip() == comment]
+    return max(found, key=_job_order, default=None)
+
+
+def _job_order(job_id: str) -> tuple[int, str]:
+    head = job_id.split("_")[0].split("+")[0]
+    return (int(head) if head.isdigit() else -1, job_id)
 
 
 def cancel(job_id: str) -> None:

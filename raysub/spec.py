@@ -234,6 +234,7 @@ class JobSpec:
     restart_backoff: int = 30
     checkpoint_dir: str | None = None
     checkpoint_marker: str | None = None
+    create_checkpoint_dir: bool = False
     preflight: PreflightMode = "warn"
     min_free_gpu_mem: int = 1024  # MiB
     wait_gpus: int = 0  # seconds
@@ -446,6 +447,8 @@ class JobSpec:
             raise SpecError("--driver-restarts", "needs a COMMAND after -- (the driver to restart)")
         if self.checkpoint_marker is not None and self.checkpoint_dir is None:
             raise SpecError("--checkpoint-marker", "needs --checkpoint-dir")
+        if self.create_checkpoint_dir and self.checkpoint_dir is None:
+            raise SpecError("--create-checkpoint-dir", "needs --checkpoint-dir")
         for option, value in (
             ("--checkpoint-dir", self.checkpoint_dir),
             ("--checkpoint-marker", self.checkpoint_marker),

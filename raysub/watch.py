@@ -1,34 +1,44 @@
 """raysub watch: keep a job script's run going through failures, time limits, preemption and stalls.
 
 A run submits the script (or adopts a job already submitted), asks Slurm about the job every interval, and
-when the job ends badly waits a backoff and submits the script again, with the latest checkpoint in
-RAYSUB_RESUME_FROM, until a job succeeds or a restart is not worth it. Three parts: :class:`Backoff` (how
+when the job ends badly waits a backoff and submits the script again, until a job succeeds or a restart is
+not worth it. Each job finds its own resume point in the checkpoint directory when its driver starts
+(RAYSUB_CHECKPOINT_DIR, read by the head): watch never fixes one at submit time, so a job Slurm requeues
+resumes from the newest checkpoint too. Three parts: :class:`Backoff` (how
 long to wait), :func:`decide` (what to do: a pure function of the run's state and what Slurm says) and
 :class:`Watcher` (the I/O: Slurm through raysub.slurm, the state file, the decision log). :func:`run` adds
 the lock and resuming. docs/watch.md describes the run for users.
 """
 
 import importlib
+import itertools
 import json
 import os
 import random
+import re
+import secrets
 import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import filelock
 
 from raysub import jobs, protocol, slurm
 from raysub.jobs import Job
-from raysub.status import FINAL_STATES, JobWatch, first_times
+from raysub.resume import checkpoint_dir_problem
+from raysub.status import FINAL_STATES, JobWatch
 
-# The variable a resubmitted job finds its checkpoint in: the driver reads it.
-STATE_VERSION = 1
+if TYPE_CHECKING:
+    from raysub.health.report import Finding
+
+# The state file's format; version 1 files (without the fields version 2 added) still load.
+STATE_VERSION = 2
 # Slurm states after which a job is over: raysub status's, and DEADLINE (sbatch --deadline passed).
 OVER = FINAL_STATES | {"DEADLINE"}
 # Over for a reason outside the driver: the same script will likely get further next time.
@@ -39,6 +49,14 @@ FAILED = frozenset({"FAILED", "OUT_OF_MEMORY"})
 STALLED = "STALLED"
 # The outcome recorded for a job Slurm stopped knowing before watch saw it end.
 LOST = "LOST"
+# The outcome recorded for a job whose driver exited 0 after the warning signal without declaring the
+# training finished (docs/watch.md, "Interrupted or finished"): resubmitted, like a time limit.
+INTERRUPTED = "INTERRUPTED"
+# Why an attempt ended badly: its driver, or the bring-up before any driver started.
+FAULT_DRIVER = "driver"
+FAULT_BRING_UP = "bring-up"
+# Lines of the driver's log quoted when watch gives up on quick failures.
+LAST_LINES = 8
 
 
 class WatchError(Exception):
@@ -78,6 +96,12 @@ class Rules:
     quick_failure: float = 60.0
     # A job Slurm has not known for this long (no squeue, scontrol or sacct answer) ends the run.
     lost_after: float = 600.0
+    # This many jobs in a row whose cluster never came up (no driver started) end the run.
+    bring_up_failures: int = 3
+    # Nodes named as failed are left out of later jobs, at most this many (sbatch --exclude).
+    max_excluded: int = 4
+    # Failed submissions are retried for this long (from the first failure of a row); they use up no restart.
+    submit_retry_for: float = 3600.0
 
 
 class Next(StrEnum):
@@ -101,7 +125,9 @@ class Attempt:
     ended_at: float | None = None  # when watch saw it over
     outcome: str | None = None  # Slurm's final state, STALLED or LOST; None while the job is on
     exit_code: int | None = None
-    quick: bool = False  # its driver failed within Rules.quick_failure of starting
+    quick: bool = False  # its last driver run failed within Rules.quick_failure of that run's start
+    fault: str | None = None  # FAULT_DRIVER or FAULT_BRING_UP for a job that ended badly
+    failed_nodes: list[str] = field(default_factory=list)  # nodes its LOG_DIR names as failed
 
 
 @dataclass
@@ -118,6 +144,12 @@ class WatchState:
     succeeded: bool = False
     unknown_since: float | None = None  # since when Slurm has not known job_id
     watcher: str = ""  # pid@host of the watcher that wrote the file last
+    excluded: list[str] = field(default_factory=list)  # nodes left out of every later job (--exclude)
+    # The comment (sbatch --comment) of the submission under way: after an sbatch that failed or timed
+    # out, Slurm is asked whether a job carries it before anything is submitted again.
+    token: str | None = None
+    submit_failures: int = 0  # failed submissions in a row
+    submit_failing_since: float | None = None
     history: list[Attempt] = field(default_factory=list)
 
     @property
@@ -138,8 +170,8 @@ class WatchState:
     def from_json(cls, text: str) -> "WatchState":
         """The state ``to_json`` wrote; ValueError when ``text`` is not one."""
         data = json.loads(text)
-        if not isinstance(data, dict) or data.pop("version", None) != STATE_VERSION:
-            raise ValueError(f"not a raysub watch state of version {STATE_VERSION}")
+        if not isinstance(data, dict) or data.pop("version", None) not in (1, STATE_VERSION):
+            raise ValueError(f"not a raysub watch state of version 1 or {STATE_VERSION}")
         try:
             history = [Attempt(**entry) for entry in data.pop("history", [])]
             state = cls(**data, history=history)
@@ -171,6 +203,17 @@ class Action:
     outcome: str | None = None  # how the job ended, for the history; None while it is on
     succeeded: bool = False
     quick: bool = False
+    fault: str | None = None
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What the job's LOG_DIR says, where watch found it (all unknown when it did not)."""
+
+    started: float | None = None  # when the last driver run started (None: no driver started)
+    ended: float | None = None  # when the driver ended
+    interrupted: bool = False  # the warning signal reached the driver and it did not declare itself finished
+    bring_up: bool = False  # the LOG_DIR is there and no driver ever started in it
 
 
 def _restart(state: WatchState, rules: Rules, action: Action) -> Action:
@@ -181,16 +224,37 @@ def _restart(state: WatchState, rules: Rules, action: Action) -> Action:
     return replace(action, reason=f"{action.reason}; restart {state.restarts + 1} of {rules.max_restarts}")
 
 
-def _failed(state: WatchState, slurm_state: str, exit_code: int | None, quick: bool, rules: Rules) -> Action:
+def _bring_up_row(state: WatchState) -> int:
+    """How many jobs in a row before the current one never started their driver."""
+    row = 0
+    for attempt in reversed(state.history[:-1] if state.current is not None else state.history):
+        if attempt.fault != FAULT_BRING_UP:
+            break
+        row += 1
+    return row
+
+
+def _failed(state: WatchState, slurm_state: str, exit_code: int | None, seen: Seen, rules: Rules) -> Action:
     code = f" with exit code {exit_code}" if exit_code is not None else ""
     what = f"job {state.job_id} {slurm_state}{code}"
+    if seen.bring_up:
+        what = f"{what} before its driver started"
+        failed = Action(Do.RESTART, what, outcome=slurm_state, fault=FAULT_BRING_UP)
+        row = _bring_up_row(state) + 1
+        if row >= rules.bring_up_failures:
+            reason = f"{what}: {row} jobs in a row that never started their driver"
+            return replace(failed, do=Do.STOP, reason=reason)
+        return _restart(state, rules, failed)
+    took = None if seen.started is None or seen.ended is None else seen.ended - seen.started
+    quick = took is not None and took < rules.quick_failure
+    failed = Action(Do.RESTART, what, outcome=slurm_state, quick=quick, fault=FAULT_DRIVER)
     if exit_code is not None and exit_code in rules.no_retry_exit_codes:
-        return Action(Do.STOP, f"{what}, which --no-retry-exit-codes lists", outcome=slurm_state, quick=quick)
+        return replace(failed, do=Do.STOP, reason=f"{what}, which --no-retry-exit-codes lists")
     previous = state.previous
     if quick and previous is not None and previous.quick:
         reason = f"{what} within {rules.quick_failure:g} s of its driver's start, as did the job before"
-        return Action(Do.STOP, f"{reason}: it will fail again", outcome=slurm_state, quick=quick)
-    return _restart(state, rules, Action(Do.RESTART, what, outcome=slurm_state, quick=quick))
+        return replace(failed, do=Do.STOP, reason=f"{reason}: it will fail again")
+    return _restart(state, rules, failed)
 
 
 def decide(
@@ -203,12 +267,16 @@ def decide(
     rules: Rules | None = None,
     stalled: bool = False,
     ended: float | None = None,
+    seen: Seen | None = None,
 ) -> Action:
     """What to do about the job the run is watching (``state.job_id``), given Slurm's state of it (None
-    when Slurm does not know it), its exit code (the driver's when known), when its driver started and, if
-    known, ``ended``, when the driver ended (default ``now``); ``stalled`` when the stall check says so.
-    Pure: the caller does what the action says."""
+    when Slurm does not know it), its exit code (the driver's when known), when its last driver run
+    started and, if known, ``ended``, when the driver ended (default ``now``); ``stalled`` when the stall
+    check says so; ``seen``, what its LOG_DIR says (when given, its times win over ``started`` and
+    ``ended``). Pure: the caller does what the action says."""
     rules = rules or Rules()
+    seen = seen or Seen(started=started, ended=ended)
+    seen = replace(seen, ended=now if seen.ended is None else seen.ended)
     job = f"job {state.job_id}"
     if slurm_state is None:
         since = now if state.unknown_since is None else state.unknown_since
@@ -223,38 +291,71 @@ def decide(
             stall = f"{job} stalled ({slurm_state}): cancelling it"
             return _restart(state, rules, Action(Do.RESTART, stall, cancel=True, outcome=STALLED))
         return Action(Do.WAIT, f"{job} is {slurm_state}")
+    if slurm_state == "COMPLETED" and not exit_code and seen.interrupted:
+        reason = (
+            f"{job} completed, but its driver exited 0 after the warning signal without declaring the "
+            "training finished: interrupted"
+        )
+        return _restart(state, rules, Action(Do.RESTART, reason, outcome=INTERRUPTED))
     if slurm_state == "COMPLETED" and not exit_code:
         return Action(Do.STOP, f"{job} completed", outcome=slurm_state, succeeded=True)
     if slurm_state in RETRY:
         return _restart(state, rules, Action(Do.RESTART, f"{job} ended {slurm_state}", outcome=slurm_state))
     if slurm_state in FAILED or slurm_state == "COMPLETED":
-        quick = started is not None and (now if ended is None else ended) - started < rules.quick_failure
-        return _failed(state, slurm_state, exit_code, quick, rules)
+        return _failed(state, slurm_state, exit_code, seen, rules)
     reason = f"{job} ended {slurm_state}, which raysub watch does not restart"
     return Action(Do.STOP, reason, outcome=slurm_state)
 
 
-def never_stalled(job: Job) -> bool:
+def never_stalled(job: Job) -> "Finding | None":
     """The stall check a watcher uses unless given one: no job ever counts as stalled. raysub health's
-    stall check plugs in here, as ``Settings(stalled=...)``."""
-    return False
-
-
-def no_checkpoint() -> Path | None:
-    """The checkpoint finder a watcher uses unless given one: there never is a checkpoint."""
+    stall check plugs in here, as ``Settings(stalled=...)``: a finding of severity error is a stall, a
+    warning (a step much slower than the ones before) is said and waited out."""
     return None
 
 
-def latest_in(directory: Path) -> Callable[[], Path | None]:
-    """A checkpoint finder: the absolute path of the latest checkpoint in ``directory``, by
-    raysub.node.checkpoints.latest_checkpoint (imported when first asked)."""
+@dataclass(frozen=True)
+class Checkpoints:
+    """The run's checkpoint directory (absolute) and marker, passed on to every job it submits: the head
+    finds the newest complete checkpoint in it each time a driver starts (docs/watch.md, Checkpoints)."""
 
-    def latest() -> Path | None:
+    directory: Path
+    marker: str | None = None
+    create: bool = False  # the jobs' heads may make the directory (this host could not)
+
+    @classmethod
+    def checked(cls, directory: Path, marker: str | None, create: bool) -> "Checkpoints":
+        """The directory, refused (WatchError) when it is missing or holds several runs' checkpoints.
+        With ``create`` a missing one is made here or, when this host cannot (a file system only the
+        compute nodes mount), left for each job's head to make."""
+        if create and checkpoint_dir_problem(directory) is not None:
+            try:
+                directory.mkdir(parents=True)
+            except FileExistsError as error:
+                raise WatchError(f"--checkpoint-dir: {directory} is not a directory") from error
+            except OSError:
+                return cls(directory.absolute(), marker, create=True)
+        problem = checkpoint_dir_problem(directory)
+        if problem is not None:
+            raise WatchError(f"--checkpoint-dir: {problem}")
+        found = cls(directory.absolute(), marker)
+        try:
+            found.latest()
+        except ValueError as error:  # several runs' checkpoints side by side
+            raise WatchError(f"--checkpoint-dir: {error}") from error
+        return found
+
+    def env(self) -> dict[str, str]:
+        """What each job is given: the directory and, if any, the marker."""
+        marker = {protocol.CHECKPOINT_MARKER_ENV: self.marker} if self.marker else {}
+        create = {protocol.CREATE_CHECKPOINT_DIR_ENV: "1"} if self.create else {}
+        return {protocol.CHECKPOINT_DIR_ENV: str(self.directory), **marker, **create}
+
+    def latest(self) -> Path | None:
+        """The newest complete checkpoint now, by raysub.node.checkpoints (imported when first asked)."""
         checkpoints = importlib.import_module("raysub.node.checkpoints")
-        found = checkpoints.latest_checkpoint(directory)
+        found = checkpoints.latest_checkpoint(self.directory, self.marker)
         return None if found is None else Path(found.path).absolute()
-
-    return latest
 
 
 def _silent(line: str) -> None:
@@ -269,8 +370,10 @@ class Settings:
     rules: Rules = field(default_factory=Rules)
     backoff: Backoff = field(default_factory=lambda: Backoff(60, 1800))
     interval: float = 60.0  # seconds between two questions to Slurm
-    latest: Callable[[], Path | None] = no_checkpoint
-    stalled: Callable[[Job], bool] = never_stalled
+    checkpoints: Checkpoints | None = None
+    stalled: Callable[[Job], "Finding | None"] = never_stalled
+    # Seconds sbatch may take; then watch asks Slurm whether it queued the job anyway.
+    submit_timeout: float = slurm.TIMEOUT
     # Epoch seconds, not a monotonic clock: the state file's times outlive the watcher's process.
     clock: Callable[[], float] = field(default_factory=lambda: time.time)
     sleep: Callable[[float], None] = field(default_factory=lambda: time.sleep)
@@ -329,6 +432,7 @@ class Watcher:
         self.settings, self.rules, self.clock = settings, settings.rules, settings.clock
         self._watch: JobWatch | None = None
         self._said = ""
+        self._warned = ""
 
     def note(self, message: str) -> None:
         """One decision, with its time, into the log file and to ``echo``."""
@@ -367,42 +471,93 @@ class Watcher:
         self._next(Next.SUBMIT, now + delay)
         self.note(f"submitting {self.state.script} again in {delay:.0f} s, at {stamp(now + delay)}")
 
-    def _checkpoint(self) -> Path | None:
+    def _say_checkpoint(self) -> None:
+        """Notes the newest checkpoint now: the job finds its own when its driver starts."""
+        if self.settings.checkpoints is None:
+            return
         try:
-            found = self.settings.latest()
+            found = self.settings.checkpoints.latest()
         except Exception as error:  # a watcher that runs for days outlives a bad checkpoint directory
-            self.note(f"no checkpoint: finding the latest one failed ({error!r})")
+            self.note(f"looking for the newest checkpoint failed ({error}); the job looks again as it starts")
+            return
+        newest = f"the newest checkpoint is {found}" if found is not None else "no checkpoint yet"
+        self.note(f"{newest}; the job resumes from the newest one when its driver starts")
+
+    def _options(self) -> list[str]:
+        """sbatch's options for the next submission: its token, and the nodes to leave out."""
+        excluded = [*script_excludes(Path(self.state.script)), *self.state.excluded]
+        return [f"--comment={self.state.token}", *([f"--exclude={','.join(excluded)}"] if excluded else [])]
+
+    def _queued_already(self) -> str | None:
+        """The job an earlier sbatch of this submission queued although it failed, timed out or its
+        watcher was stopped before it answered, if any. SlurmError when Slurm cannot say."""
+        if self.state.token is None:
             return None
-        if found is None:
-            self.note("no checkpoint yet: the job starts from the beginning")
-        return found
+        return slurm.job_with_comment(self.state.token)
 
     def submit(self) -> None:
-        """Submit the script: the run's first job as it is, a restart with the latest checkpoint."""
-        state, first = self.state, not self.state.history
-        resume = None if first else self._checkpoint()
-        export = {protocol.RESUME_FROM: str(resume)} if resume is not None else {}
+        """Submit the script, unless Slurm has the job of an sbatch that seemed to fail: then adopt it.
+        The submission's token is in the state file before sbatch runs, so that a watcher stopped while
+        sbatch hangs leaves its successor the means to find the job."""
+        state, settings = self.state, self.settings
+        try:
+            job_id = self._queued_already()
+            if job_id is not None:
+                self.note(f"job {job_id} carries this submission's comment {state.token}: sbatch queued it")
+            else:
+                if state.token is None:
+                    state.token = f"raysub-watch-{secrets.token_hex(6)}"
+                    self.save()
+                self._say_checkpoint()
+                env = settings.checkpoints.env() if settings.checkpoints else {}
+                job_id = slurm.submit(
+                    Path(state.script), Path(state.workdir), env, self._options(), settings.submit_timeout
+                )
+        except slurm.SlurmError as error:
+            self._submit_failed(error)
+            return
+        self._submitted(job_id)
+
+    def _submit_failed(self, error: slurm.SlurmError) -> None:
+        """A submission failed: stop when it is the run's first and the error is not the controller's,
+        else try again after a backoff, until --submit-retry-for has passed. No restart is used up."""
+        state, now = self.state, self.clock()
+        if not state.history and not error.transient and not state.submit_failures:
+            raise WatchError(f"could not submit {state.script}: {error}")
+        state.submit_failures += 1
+        state.submit_failing_since = state.submit_failing_since or now
+        failing = now - state.submit_failing_since
+        self.note(f"could not submit {state.script} ({error}); failing for {failing:.0f} s")
+        try:
+            job_id = slurm.job_with_comment(state.token) if state.token else None
+        except slurm.SlurmError as asking:
+            job_id = None
+            self.note(f"could not ask Slurm whether it queued the job anyway ({asking})")
+        if job_id is not None:
+            self.note(f"job {job_id} carries this submission's comment {state.token}: sbatch queued it")
+            self._submitted(job_id)
+            return
+        if failing >= self.rules.submit_retry_for:
+            reason = f"could not submit {state.script} for {failing:.0f} s (--submit-retry-for): {error}"
+            self.note(reason)
+            self._stop(reason, False)
+            return
+        delay = self.settings.backoff.delay(state.submit_failures - 1)
+        self._next(Next.SUBMIT, now + delay)
+        self.note(f"asking Slurm again in {delay:.0f} s, at {stamp(now + delay)}; no restart is used up")
+
+    def _submitted(self, job_id: str) -> None:
+        state, now = self.state, self.clock()
+        first = not state.history
         if not first:
             state.restarts += 1
-        try:
-            job_id = slurm.submit(Path(state.script), Path(state.workdir), export)
-        except slurm.SlurmError as error:
-            if first:
-                raise WatchError(f"could not submit {state.script}: {error}") from error
-            action = _restart(state, self.rules, Action(Do.RESTART, f"restart {state.restarts}: {error}"))
-            self.note(action.reason)
-            if action.do is Do.STOP:
-                self._stop(action.reason, False)
-            else:
-                self._back_off(self.clock())
-            return
-        now = self.clock()
-        state.history.append(Attempt(job_id, now, None if resume is None else str(resume)))
+        state.token, state.submit_failures, state.submit_failing_since = None, 0, None
+        state.history.append(Attempt(job_id, now))
         state.job_id = job_id
         self._next(Next.POLL, now + self.settings.interval)
-        with_resume = f" with {protocol.RESUME_FROM}={resume}" if resume is not None else ""
         restart = f" (restart {state.restarts} of {self.rules.max_restarts})" if not first else ""
-        self.note(f"submitted {state.script} as job {job_id}{with_resume}{restart}")
+        without = f", leaving out {','.join(state.excluded)}" if state.excluded else ""
+        self.note(f"submitted {state.script} as job {job_id}{restart}{without}")
 
     def _slurm_state(self, job_id: str) -> slurm.SlurmState:
         if self._watch is None or self._watch.job.job_id != job_id:
@@ -414,10 +569,20 @@ class Watcher:
 
     def _is_stalled(self, job: Job) -> bool:
         try:
-            return self.settings.stalled(job)
+            finding = self.settings.stalled(job)
         except Exception as error:  # a broken stall check must not end a run that is fine
             self.note(f"the stall check failed on job {job.job_id} ({error!r}); taking it as not stalled")
             return False
+        if finding is None:
+            return False
+        if finding.severity != "error":
+            # Once per job, kind and step line: the reason counts the seconds, and changes every look.
+            said = f"{job.job_id} {finding.kind} {finding.line}"
+            if said != self._warned:
+                self._warned = said
+                self.note(f"warning: job {job.job_id}: {finding.reason}")
+            return False
+        return True
 
     def poll(self) -> None:
         """Ask Slurm about the current job once and do what :func:`decide` says."""
@@ -431,25 +596,47 @@ class Watcher:
         else:
             state.unknown_since = None
         found = log_dir_of(state.job_id, self.base)
-        times = first_times(found.logs.timeline()) if found is not None else {}
+        seen = Seen()
         if found is not None:
-            current.started_at = times.get(protocol.PHASE_DRIVER_START)
+            seen = self._read(found.logs, current, answer.state in OVER)
         elif answer.state == "RUNNING" and current.started_at is None:
             current.started_at = now
+        if found is None:
+            seen = Seen(started=current.started_at)
         driver_exit = found.logs.driver_exit_code() if found is not None else None
         exit_code = answer.exit_code if driver_exit is None else driver_exit
         stalled = answer.state == "RUNNING" and found is not None and self._is_stalled(found)
         action = decide(
-            state,
-            answer.state,
-            exit_code,
-            current.started_at,
-            now,
-            rules=self.rules,
-            stalled=stalled,
-            ended=times.get(protocol.PHASE_DRIVER_END),
+            state, answer.state, exit_code, None, now, rules=self.rules, stalled=stalled, seen=seen
         )
+        if action.do is Do.STOP and found is not None:
+            if action.quick:
+                action = replace(action, reason=f"{action.reason}\n{last_lines(found.logs)}")
+            elif action.fault == FAULT_BRING_UP and found.logs.ended.exists():
+                said = found.logs.ended.read_text(errors="replace").strip()
+                action = replace(action, reason=f"{action.reason}\n    the last job's ENDED: {said}")
         self._apply(action, current, exit_code, now)
+
+    def _read(self, logs: protocol.LogDir, current: Attempt, over: bool) -> Seen:
+        """What the job's LOG_DIR says, and what the history keeps of it."""
+        events = logs.timeline()
+        runs = [e for e in events if e.phase in (protocol.PHASE_DRIVER_START, protocol.PHASE_DRIVER_RESTART)]
+        ends = [e.t for e in events if e.phase == protocol.PHASE_DRIVER_END]
+        starts = [e.t for e in runs]
+        if not runs and ends:
+            # An early driver that ended before the cluster was whole: it started as the head got ready.
+            starts = [e.t for e in events if e.phase == protocol.PHASE_HEAD_READY][:1] or ends[:1]
+        current.started_at = starts[0] if starts else None
+        resumed = [e.detail.partition("resuming from ")[2] for e in runs]
+        current.resume_from = (resumed[-1] or None) if resumed else current.resume_from
+        current.failed_nodes = failed_nodes(events)
+        interrupted = logs.file(protocol.SIGNAL_DELIVERED).exists()
+        return Seen(
+            started=starts[-1] if starts else None,
+            ended=ends[-1] if ends else None,
+            interrupted=interrupted and not logs.file(protocol.DRIVER_FINISHED).exists(),
+            bring_up=over and not starts,
+        )
 
     def _apply(self, action: Action, current: Attempt, exit_code: int | None, now: float) -> None:
         if action.do is Do.WAIT:
@@ -468,13 +655,61 @@ class Watcher:
                 return
             self.note(f"cancelled job {current.job_id}")
         current.outcome, current.exit_code, current.ended_at = action.outcome, exit_code, now
-        current.quick = action.quick
+        current.quick, current.fault = action.quick, action.fault
+        if not action.succeeded:
+            self._exclude(current.failed_nodes)
         self.state.job_id = None
         self._said = ""
         if action.do is Do.STOP:
             self._stop(action.reason, action.succeeded)
         else:
             self._back_off(now)
+
+    def _exclude(self, nodes: Sequence[str]) -> None:
+        """Leaves ``nodes`` out of every later job, up to Rules.max_excluded nodes in all."""
+        for node in nodes:
+            if node in self.state.excluded:
+                continue
+            if len(self.state.excluded) >= self.rules.max_excluded:
+                self.note(f"not leaving out {node}: --max-excluded {self.rules.max_excluded} are left out")
+                continue
+            self.state.excluded.append(node)
+            self.note(f"leaving {node} out of the next jobs: the job named it as failed")
+
+
+def failed_nodes(events: Sequence[protocol.TimelineEvent]) -> list[str]:
+    """The nodes a job's timeline names as failed (protocol.PHASE_NODE_FAILED), in order, once each."""
+    named = (e.detail.partition(":")[0].strip() for e in events if e.phase == protocol.PHASE_NODE_FAILED)
+    return list(dict.fromkeys(node for node in named if node))
+
+
+def last_lines(logs: protocol.LogDir, count: int = LAST_LINES) -> str:
+    """The last ``count`` non-blank lines of the job's last driver log, indented, for a person."""
+    path = logs.driver_logs()[-1]
+    try:
+        with path.open("rb") as log:
+            log.seek(max(0, log.seek(0, os.SEEK_END) - 64 * 1024))
+            text = log.read().decode(errors="replace")
+    except OSError:
+        return f"    ({path} cannot be read)"
+    lines = [line.rstrip() for line in text.replace("\r", "\n").splitlines() if line.strip()][-count:]
+    return "\n".join(f"    {line}" for line in [f"the last lines of {path}:", *lines])
+
+
+# An exclusion in a job script's header: "#SBATCH --exclude=LIST", "--exclude LIST" or "-x LIST".
+_SCRIPT_EXCLUDE = re.compile(r"^#SBATCH\s+(?:--exclude[=\s]|-x\s*)\s*(\S+)")
+
+
+def script_excludes(script: Path) -> list[str]:
+    """The nodes the job script itself leaves out (its #SBATCH --exclude), which watch's --exclude would
+    otherwise replace: an option on sbatch's command line wins over the script's."""
+    try:
+        lines = script.read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+    # sbatch reads #SBATCH lines up to the first command.
+    header = itertools.takewhile(lambda line: not line.strip() or line.lstrip().startswith("#"), lines[1:])
+    return [m[1] for m in map(_SCRIPT_EXCLUDE.match, header) if m]
 
 
 @dataclass(frozen=True)

@@ -15,9 +15,10 @@ from pathlib import Path
 from raysub import protocol
 from raysub.health.fatal import fatal_lines
 from raysub.health.nccl import transport_findings, transports_by_node
-from raysub.health.progress import Progress, progress
+from raysub.health.progress import Progress
+from raysub.health.stall import DriverTail, median_step_time
 from raysub.jobs import Job
-from raysub.node.checkpoints import latest_checkpoint
+from raysub.node.checkpoints import AmbiguousCheckpoints, latest_checkpoint
 from raysub.node.metrics_log import Snapshot, read_snapshots
 from raysub.slurm import SlurmState
 
@@ -54,7 +55,7 @@ FAILED_STATES = {"FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED", "NODE_FAIL", "OU
 @dataclass(frozen=True)
 class Finding:
     severity: Severity
-    kind: str  # state, stall, progress, gpu_idle, nccl, fatal, checkpoint
+    kind: str  # state, stall, slow_step, progress, gpu_idle, nccl, fatal, checkpoint
     reason: str  # one line
     node: str | None = None
     line: str | None = None  # the log line that shows it
@@ -68,6 +69,20 @@ class Options:
     gpu_idle_after: float = 600.0
     checkpoint_dir: Path | None = None
     checkpoint_marker: str | None = None
+    # How long a step may take while the driver keeps printing before it counts as stalled; None: the
+    # default, slow_step_limit() below.
+    slow_step_limit: float | None = None
+
+
+# A step that keeps printing is slow (a warning) past SLOW_STEP_FACTOR median steps and SLOW_STEP_MIN
+# seconds, and stalled past SLOW_STEP_LIMIT_FACTOR median steps, but never before SLOW_STEP_LIMIT_FLOOR:
+# an evaluation pass, a long rollout or a 70B checkpoint written to a parallel filesystem may well take an
+# hour or more, and cancelling it would throw that work away every time (docs/health.md, "Stalls and
+# slow steps").
+SLOW_STEP_FACTOR = 3.0
+SLOW_STEP_MIN = 60.0
+SLOW_STEP_LIMIT_FACTOR = 10.0
+SLOW_STEP_LIMIT_FLOOR = 2 * 3600.0
 
 
 @dataclass
@@ -137,35 +152,79 @@ def driver_running(logs: protocol.LogDir) -> bool:
     )
 
 
-def driver_text(logs: protocol.LogDir) -> tuple[str, float | None]:
-    """The current run's driver log and when it last changed (None before there is one)."""
-    path = logs.driver_logs()[-1]
-    try:
-        return path.read_text(errors="replace"), path.stat().st_mtime
-    except FileNotFoundError:
-        return "", None
+def remember(logs: protocol.LogDir, step: int | None, changed: float, now: float) -> protocol.ProgressSeen:
+    """LOG_DIR's memory of the step (health_progress.json), brought up to date with ``step``, so that
+    reports and watch intervals add up. A step first seen is dated by the log's last change on the first
+    report (so that a stall is never called early), by ``now`` on later ones; each new step joins the
+    sightings the step time is measured from."""
+    before = logs.progress_seen()
+    if before is not None and before.step == step:
+        return before
+    since = changed if before is None else now
+    steps = before.steps if before else ()
+    seen = protocol.ProgressSeen(step, since, steps if step is None else (*steps, (step, since)))
+    logs.write_progress_seen(seen)
+    return seen
+
+
+def slow_step_limit(options: Options, median: float | None) -> float:
+    """How long a step may take while the driver keeps printing: ``options.slow_step_limit``, or
+    SLOW_STEP_LIMIT_FACTOR median steps but at least SLOW_STEP_LIMIT_FLOOR (the floor alone when the step
+    time is unknown)."""
+    if options.slow_step_limit is not None:
+        return options.slow_step_limit
+    return max(SLOW_STEP_LIMIT_FLOOR, SLOW_STEP_LIMIT_FACTOR * (median or 0.0))
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.0f} s" if value >= 10 else f"{value:.2g} s"
+
+
+def slow_step_finding(
+    step: int, taken: float, median: float | None, options: Options, line: str | None
+) -> Finding | None:
+    """The step after ``step``, ``taken`` seconds so far, its driver not silent for ``stall_after``: a
+    stall past the slow-step limit, a slow_step warning past SLOW_STEP_FACTOR median steps and
+    SLOW_STEP_MIN seconds."""
+    limit = slow_step_limit(options, median)
+    usual = f", the median step time {_seconds(median)}" if median is not None else ""
+    if taken >= limit:
+        reason = (
+            f"no new step after step {step} for {_seconds(taken)} while the driver keeps printing: "
+            f"past the slow-step limit of {_seconds(limit)}{usual}"
+        )
+        return Finding(Severity.ERROR, "stall", reason, line=line)
+    if median is None or taken <= max(SLOW_STEP_FACTOR * median, SLOW_STEP_MIN):
+        return None
+    reason = (
+        f"no new step after step {step} for {_seconds(taken)}, {taken / median:.0f} times the median step "
+        f"time ({_seconds(median)}); a stall after {_seconds(options.stall_after)} without output, or at "
+        f"{_seconds(limit)}"
+    )
+    return Finding(Severity.WARNING, "slow_step", reason, line=line)
 
 
 def stall_finding(
     logs: protocol.LogDir, seen: Progress | None, changed: float | None, options: Options, now: float
 ) -> Finding | None:
-    """Stalled: the driver runs, and its step has not moved (or, before any step, its log has not grown)
-    for ``stall_after`` seconds. When the step last moved is remembered across reports in LOG_DIR; the
-    first report takes the log's last change (so it never calls a stall early)."""
+    """Stalled: the driver runs, and has printed no new step and nothing else either for ``stall_after``
+    seconds (``changed``: when its log last grew). A step that takes long while output keeps coming is
+    not silence: an evaluation, a rollout or a checkpoint save looks just like that, so it is only a
+    slow_step warning, and a stall past the much larger slow-step limit (:func:`slow_step_finding`).
+    Before the first step only silence counts: loading a model and compiling may print for hours."""
     if not driver_running(logs) or changed is None:
         return None
     step = seen.step if seen else None
-    remembered = logs.progress_seen()
-    if remembered is None or remembered[0] != step:
-        since = changed if remembered is None else now
-        logs.write_progress_seen(step, since)
-    else:
-        since = remembered[1]
-    quiet = now - max(since, changed) if step is None else now - since
-    if quiet < options.stall_after:
+    memory = remember(logs, step, changed, now)
+    line = seen.line if seen else None
+    silent = now - max(memory.since, changed)
+    if silent >= options.stall_after:
+        what = "no output from the driver" if step is None else f"no new step after step {step} and no output"
+        return Finding(Severity.ERROR, "stall", f"{what} for {_seconds(silent)}", line=line)
+    if step is None:
         return None
-    what = f"no new step after step {step}" if step is not None else "no output from the driver"
-    return Finding(Severity.ERROR, "stall", f"{what} for {quiet:.0f} s", line=seen.line if seen else None)
+    median = median_step_time(memory.steps, seen.rate if seen else None)
+    return slow_step_finding(step, now - memory.since, median, options, line)
 
 
 def idle_finding(
@@ -247,8 +306,7 @@ def check(job: Job, slurm: SlurmState, options: Options, now: float | None = Non
     logs = job.logs
     state = state_name(slurm)
     findings = state_findings(state, slurm, logs)
-    text, changed = driver_text(logs)
-    seen = progress(text, options.step_regex)
+    seen, changed = DriverTail(options.step_regex).read(logs, now)
     stall = stall_finding(logs, seen, changed, options, now)
     snapshots = read_snapshots(logs.metrics) if logs.metrics.exists() else []
     idle = idle_finding(logs, snapshots, options, now)
@@ -256,11 +314,12 @@ def check(job: Job, slurm: SlurmState, options: Options, now: float | None = Non
     used = resources(snapshots)
     ip_names = {node.ip: name for name, node in snapshots[-1].nodes.items() if node.ip} if snapshots else {}
     findings += log_findings(texts_by_node(logs, ip_names), gpu_job=used.get("GPU", {}).get("total", 0) > 0)
-    found = (
-        latest_checkpoint(options.checkpoint_dir, options.checkpoint_marker)
-        if options.checkpoint_dir
-        else None
-    )
+    found = None
+    if options.checkpoint_dir:
+        try:
+            found = latest_checkpoint(options.checkpoint_dir, options.checkpoint_marker)
+        except AmbiguousCheckpoints as error:
+            findings.append(Finding(Severity.WARNING, "checkpoint", str(error)))
     return Report(
         job_id=job.job_id,
         state=state,
@@ -274,12 +333,32 @@ def check(job: Job, slurm: SlurmState, options: Options, now: float | None = Non
     )
 
 
-def stall_check(options: Options) -> Callable[[Job], bool]:
-    """Whether a job has stalled, from its LOG_DIR alone (no Slurm query): for raysub watch."""
+class StallWatch:
+    """raysub health's stall rule (:func:`stall_finding`) for a job asked about again and again, from its
+    LOG_DIR alone (no Slurm query): each job's driver log is read on from where the previous call stopped
+    (:class:`DriverTail`), so a call costs what the driver wrote since, never the whole log. The readers of
+    the last MAX_JOBS jobs asked about are kept."""
 
-    def stalled(job: Job) -> bool:
-        text, changed = driver_text(job.logs)
-        seen = progress(text, options.step_regex)
-        return stall_finding(job.logs, seen, changed, options, time.time()) is not None
+    MAX_JOBS = 16
 
-    return stalled
+    def __init__(self, options: Options) -> None:
+        self.options = options
+        self.tails: dict[Path, DriverTail] = {}
+
+    def __call__(self, job: Job, now: float | None = None) -> Finding | None:
+        """None when the job is fine; an error (kind stall) when it stalled; a warning (slow_step) when
+        its step takes much longer than its steps did."""
+        now = time.time() if now is None else now
+        if not driver_running(job.logs):
+            return None
+        tail = self.tails.pop(job.logs.path, None) or DriverTail(self.options.step_regex)
+        self.tails[job.logs.path] = tail  # the most recent last
+        while len(self.tails) > self.MAX_JOBS:
+            del self.tails[next(iter(self.tails))]
+        seen, changed = tail.read(job.logs, now)
+        return stall_finding(job.logs, seen, changed, self.options, now)
+
+
+def stall_check(options: Options) -> Callable[[Job], Finding | None]:
+    """raysub watch's stall check: a :class:`StallWatch`, called with each job every interval."""
+    return StallWatch(options)

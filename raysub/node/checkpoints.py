@@ -2,8 +2,8 @@
 
 Run as ``python -m raysub.node.checkpoints DIR [--marker NAME]``: prints the newest complete checkpoint's
 absolute path and exits 0; prints nothing and exits 0 when there is none; exits 2 with a one-line error
-when DIR is not a directory. Shipped to the nodes (raysub/node/__init__.py): the standard library only,
-Python 3.9.
+when DIR is not a directory or which checkpoint is the newest cannot be told (below). Shipped to the
+nodes (raysub/node/__init__.py): the standard library only, Python 3.9.
 
 Layouts, by the name of a checkpoint's directory:
 
@@ -49,7 +49,11 @@ is never taken; only an explicit sign makes one complete, never its age:
   - ray_train: none (the snapshot is its sign).
 
 Among the complete checkpoints of one directory, the newest has the largest step (Ray Train v2: the
-latest timestamp); among several directories, the newest is the one modified last.
+latest timestamp); when a checkpoint was modified never counts. When complete checkpoints lie in more
+than one directory under DIR (runs or trials side by side), which is the run's newest cannot be told:
+latest_checkpoint raises AmbiguousCheckpoints naming those directories, and the program exits 2 with it.
+Pass the run's own directory as DIR instead, or a marker only its checkpoints hold. Directories whose
+newest is the same checkpoint (a ``latest`` symbolic link into another one) count once.
 """
 
 from __future__ import annotations
@@ -66,6 +70,7 @@ from typing import Any
 
 MAX_DEPTH = 3  # DIR/run/trial/checkpoint_000001: Ray Train v1 keeps checkpoints two levels down
 MAX_DIRECTORIES = 10000  # directories looked into at most, for a DIR over a large tree
+MAX_LISTED = 5  # directories an AmbiguousCheckpoints message names before "and N more"
 
 # Layout name and the pattern of its directories' names (group 1: the step).
 LAYOUTS = (
@@ -89,6 +94,32 @@ TRACKERS = ("latest_checkpointed_iteration.txt", "latest_ckpt_global_step.txt")
 LATEST = "latest"
 RAY_SNAPSHOT = "checkpoint_manager_snapshot.json"
 RAY_RESULTS = "result.json"
+
+
+def _relative(path: Path, directory: Path) -> str:
+    try:
+        return str(path.relative_to(directory))
+    except ValueError:
+        return str(path)
+
+
+class AmbiguousCheckpoints(ValueError):
+    """Complete checkpoints in more than one directory under ``directory``: none is the newest."""
+
+    def __init__(self, directory: Path, holders: Sequence[Path]) -> None:
+        self.directory = directory
+        self.holders = list(holders)
+        names = [_relative(holder, directory) for holder in self.holders]
+        listed = ", ".join(names[:MAX_LISTED])
+        if len(names) > MAX_LISTED:
+            listed += f" and {len(names) - MAX_LISTED} more"
+        super().__init__(
+            f"{directory}: complete checkpoints in {len(names)} directories ({listed}), so which run's is"
+            " the newest cannot be told; pass the run's own directory instead (or --checkpoint-marker)"
+        )
+
+    def __reduce__(self) -> tuple[type[AmbiguousCheckpoints], tuple[Path, list[Path]]]:
+        return (type(self), (self.directory, self.holders))
 
 
 @dataclass(frozen=True)
@@ -224,21 +255,20 @@ def holders(directory: Path) -> Iterator[tuple[Path, list[Checkpoint]]]:
         yield holder, candidates
 
 
-def _modified(checkpoint: Checkpoint) -> float:
-    try:
-        return checkpoint.path.stat().st_mtime
-    except OSError:
-        return 0.0
-
-
 def latest_checkpoint(directory: Path, marker: str | None = None) -> Checkpoint | None:
-    """The newest complete checkpoint under ``directory``, or None (see the module's doc)."""
-    newest = []
+    """The newest complete checkpoint under ``directory``, or None (see the module's doc).
+
+    Raises AmbiguousCheckpoints when more than one directory under it holds complete checkpoints.
+    """
+    newest: dict[Path, tuple[Path, Checkpoint]] = {}  # by the checkpoint's real path: the holder, it
     for holder, candidates in holders(directory):
         complete = complete_in(holder, candidates, marker)
         if complete:
-            newest.append(max(complete, key=lambda c: c.order))
-    return max(newest, key=_modified, default=None)
+            checkpoint = max(complete, key=lambda c: c.order)
+            newest.setdefault(checkpoint.path.resolve(), (holder, checkpoint))
+    if len(newest) > 1:
+        raise AmbiguousCheckpoints(directory, [holder for holder, _ in newest.values()])
+    return next((checkpoint for _, checkpoint in newest.values()), None)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -252,7 +282,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.directory.is_dir():
         print(f"raysub: {args.directory}: no such directory", file=sys.stderr)
         return 2
-    checkpoint = latest_checkpoint(args.directory, args.marker)
+    try:
+        checkpoint = latest_checkpoint(args.directory, args.marker)
+    except AmbiguousCheckpoints as error:
+        print(f"raysub: {error}", file=sys.stderr)
+        return 2
     if checkpoint is not None:
         print(checkpoint.path.absolute())
     return 0

@@ -14,8 +14,14 @@ setup() {
 }
 
 teardown() {
-  # Anything a test left running: its node script and the fake Ray under it.
+  # Anything a test left running: its node script and the fake Ray under it, a listening head.
   if [[ -n ${node_pid:-} ]]; then kill "$node_pid" 2>/dev/null || true; fi
+  if [[ -n ${head_pid:-} ]]; then kill "$head_pid" 2>/dev/null || true; fi
+  # A batch script (start_batch) and its head stand-in.
+  if [[ -n ${batch_pid:-} ]]; then
+    # shellcheck disable=SC2046 # one PID per word
+    kill -KILL $(pgrep -P "$batch_pid") "$batch_pid" 2>/dev/null || true
+  fi
   rm -rf "/tmp/rb${SLURM_JOB_ID}"
 }
 
@@ -40,11 +46,11 @@ wait_node() {
   # Ray's command line is already loaded (raysub/node/join.py), waiting for the address.
   run pgrep -f -- "join.py --address-file=/tmp/rb${SLURM_JOB_ID}/nodeA/${P_LOCAL_HEAD_ADDRESS}"
   assert_success
-  printf '10.0.0.1:7379\n' >"${LOG_DIR}/${P_STARTED_RAY_HEAD}"
+  printf '127.0.0.1:7379\n' >"${LOG_DIR}/${P_STARTED_RAY_HEAD}"
   wait_file "${FAKE_RAY_LOG}.pids" 5
   run cat "$FAKE_RAY_LOG"
   # The joiner's command line (the address first), not the worker script's own 'ray start --block ...'.
-  assert_output --partial "start --address=10.0.0.1:7379 --block "
+  assert_output --partial "start --address=127.0.0.1:7379 --block "
   assert_output --partial "--num-gpus=2"
   assert_output --partial "--temp-dir=/tmp/rb${SLURM_JOB_ID}/nodeA"
   kill -TERM "$node_pid"
@@ -87,15 +93,94 @@ wait_node() {
   assert [ "$output" -ge 20 ]
 }
 
+# A head's GCS that takes connections, on loopback: its address in STARTED_RAY_HEAD.
+listening_head() {
+  local port_file="${BATS_TEST_TMPDIR}/head-port"
+  python3 -c 'import socket, sys, time
+s = socket.create_server(("127.0.0.1", 0))
+open(sys.argv[1], "w").write(str(s.getsockname()[1]))
+time.sleep(60)' "$port_file" 3>&- &
+  head_pid=$!
+  wait_file "$port_file" 10
+  printf '127.0.0.1:%s\n' "$(<"$port_file")" >"${LOG_DIR}/${P_STARTED_RAY_HEAD}"
+}
+
 @test "worker retries a failed ray start, then ends the job naming itself" {
   export FAKE_RAY_START_EXIT=1
-  printf '10.0.0.1:7379\n' >"${LOG_DIR}/${P_STARTED_RAY_HEAD}"
+  listening_head
   start_node "$P_WORKER_SCRIPT"
   wait_node
+  kill "$head_pid"
   assert_failure 1
   assert_equal "$(grep -c '^start ' "$FAKE_RAY_LOG")" 2
   run cat "${LOG_DIR}/${P_ENDED}"
   assert_output "worker 1 on nodeA: Ray did not stay up after 2 attempts"
+  # The node is named as failed on the timeline, for raysub watch to leave it out next time.
+  run grep -c "\"phase\": \"${P_PHASE_NODE_FAILED}\", \"node\": \"nodeA\", \"detail\": \"nodeA: Ray did not stay up" \
+    "${LOG_DIR}/${P_TIMELINE}"
+  assert_output "1"
+}
+
+@test "a worker that cannot reach the head either names no node as failed" {
+  # The head's node died (nothing listens at its address): every worker's Ray fails, through no fault of
+  # its own, and none of them may be left out of the next job.
+  export FAKE_RAY_START_EXIT=1
+  printf '127.0.0.1:9\n' >"${LOG_DIR}/${P_STARTED_RAY_HEAD}"
+  start_node "$P_WORKER_SCRIPT"
+  wait_node
+  assert_failure 1
+  run cat "${LOG_DIR}/${P_ENDED}"
+  assert_output "worker 1 on nodeA: Ray did not stay up after 2 attempts; the head at 127.0.0.1:9 does not answer either"
+  run grep -c "\"phase\": \"${P_PHASE_NODE_FAILED}\"" "${LOG_DIR}/${P_TIMELINE}"
+  assert_output "0"
+}
+
+@test "a checkpoint directory this node cannot see ends the job before the driver starts" {
+  export FAKE_UNITS="6" RAYSUB_CHECKPOINT_DIR="${BATS_TEST_TMPDIR}/scratch/ckpt"
+  start_node "$P_HEAD_SCRIPT"
+  wait_node
+  assert_failure 1
+  run cat "${LOG_DIR}/${P_ENDED}"
+  assert_output "head on nodeA: the checkpoint directory ${RAYSUB_CHECKPOINT_DIR} does not exist on nodeA: is its file system mounted here? (--create-checkpoint-dir makes it)"
+  assert_equal "$(cat "${LOG_DIR}/${P_DRIVER_LOG}" 2>/dev/null)" ""
+}
+
+@test "a checkpoint directory raysub watch may not make on its host is made by the head" {
+  export FAKE_UNITS="6" RAYSUB_CHECKPOINT_DIR="${BATS_TEST_TMPDIR}/scratch/ckpt" RAYSUB_CREATE_CHECKPOINT_DIR=1
+  start_node "$P_HEAD_SCRIPT"
+  wait_node
+  assert_failure 3 # the driver's own status: it ran
+  assert [ -d "$RAYSUB_CHECKPOINT_DIR" ]
+  run grep -c "made the checkpoint directory ${RAYSUB_CHECKPOINT_DIR}" "$node_log"
+  assert_output "1"
+}
+
+@test "the driver resumes from the newest checkpoint in RAYSUB_CHECKPOINT_DIR, never a resume point it was given" {
+  render_node_scripts --nodes 3 --gpus-per-node 2 --interface lo --ray-temp-dir '/tmp/rb%j/%n' \
+    --gcs-port 7379 --no-monitor -- bash -c 'echo "resume: ${RAYSUB_RESUME_FROM-unset}"'
+  local checkpoints="${BATS_TEST_TMPDIR}/ckpt"
+  mkdir -p "${checkpoints}/step_5" "${checkpoints}/step_9"
+  : >"${checkpoints}/step_5/training_info.json"
+  # step_9 is still being written: no training_info.json yet. The submit-time value is stale.
+  export FAKE_UNITS="6" RAYSUB_CHECKPOINT_DIR=$checkpoints RAYSUB_RESUME_FROM=/stale/step_1
+  start_node "$P_HEAD_SCRIPT"
+  wait_node
+  assert_success
+  assert_equal "$(cat "${LOG_DIR}/${P_DRIVER_LOG}")" "resume: ${checkpoints}/step_5"
+  run grep -c "\"phase\": \"${P_PHASE_DRIVER_START}\", \"node\": \"nodeA\", \"detail\": \"resuming from ${checkpoints}/step_5\"" \
+    "${LOG_DIR}/${P_TIMELINE}"
+  assert_output "1"
+}
+
+@test "with no complete checkpoint yet, the driver gets no resume point, whatever the job was given" {
+  render_node_scripts --nodes 3 --gpus-per-node 2 --interface lo --ray-temp-dir '/tmp/rb%j/%n' \
+    --gcs-port 7379 --no-monitor -- bash -c 'echo "resume: ${RAYSUB_RESUME_FROM-unset}"'
+  mkdir -p "${BATS_TEST_TMPDIR}/ckpt/step_9"
+  export FAKE_UNITS="6" RAYSUB_CHECKPOINT_DIR="${BATS_TEST_TMPDIR}/ckpt" RAYSUB_RESUME_FROM=/stale/step_1
+  start_node "$P_HEAD_SCRIPT"
+  wait_node
+  assert_success
+  assert_equal "$(cat "${LOG_DIR}/${P_DRIVER_LOG}")" "resume: unset"
 }
 
 @test "a node that cannot read the canary fails and names itself" {
@@ -186,7 +271,7 @@ wait_node() {
 @test "a failing --setup ends the job at once, naming the node" {
   render_node_scripts --nodes 2 --gpus-per-node 0 --interface lo --ray-temp-dir '/tmp/rb%j/%n' \
     --setup 'false' -- true
-  printf '10.0.0.1:7379\n' >"${LOG_DIR}/${P_STARTED_RAY_HEAD}"
+  printf '127.0.0.1:7379\n' >"${LOG_DIR}/${P_STARTED_RAY_HEAD}"
   start_node "$P_WORKER_SCRIPT"
   wait_node
   assert_failure 1
@@ -219,7 +304,7 @@ wait_node() {
 
 @test "a worker with a bad --interface fails the node instead of starting Ray without an address" {
   render_node_scripts --nodes 2 --gpus-per-node 0 --interface nosuchif0 --ray-temp-dir '/tmp/rb%j/%n' -- true
-  printf '10.0.0.1:7379\n' >"${LOG_DIR}/${P_STARTED_RAY_HEAD}"
+  printf '127.0.0.1:7379\n' >"${LOG_DIR}/${P_STARTED_RAY_HEAD}"
   start_node "$P_WORKER_SCRIPT"
   wait_node
   assert_failure 1
@@ -243,7 +328,7 @@ wait_node() {
 }
 
 @test "a process the job left behind (setsid) is stopped when the node leaves; TERM after ENDED exits 0" {
-  printf '10.0.0.1:7379\n' >"${LOG_DIR}/${P_STARTED_RAY_HEAD}"
+  printf '127.0.0.1:7379\n' >"${LOG_DIR}/${P_STARTED_RAY_HEAD}"
   start_node "$P_WORKER_SCRIPT"
   wait_file "${FAKE_RAY_LOG}.pids" 5
   local ray_pid mark state
@@ -288,7 +373,7 @@ gpu 0, GPU-00000000-0000-4000-8000-000000000000, NVIDIA H100 80GB HBM3, 0, 1, 81
 gpu 1, GPU-00000000-0000-4000-8000-000000000001, NVIDIA H100 80GB HBM3, 97, 30512, 81559, 58, 512.33, 700.00
 app 4242, /usr/bin/python3, 30000, GPU-00000000-0000-4000-8000-000000000001
 GPUS
-  printf '10.0.0.1:7379\n' >"${LOG_DIR}/${P_STARTED_RAY_HEAD}"
+  printf '127.0.0.1:7379\n' >"${LOG_DIR}/${P_STARTED_RAY_HEAD}"
   start_node "$P_WORKER_SCRIPT"
   wait_node
   assert_failure 1
@@ -304,7 +389,7 @@ GPUS
   export FAKE_NVIDIA_SMI_DIR="${BATS_TEST_TMPDIR}/gpus"
   mkdir -p "$FAKE_NVIDIA_SMI_DIR"
   printf 'fail driver\n' >"${FAKE_NVIDIA_SMI_DIR}/default"
-  printf '10.0.0.1:7379\n' >"${LOG_DIR}/${P_STARTED_RAY_HEAD}"
+  printf '127.0.0.1:7379\n' >"${LOG_DIR}/${P_STARTED_RAY_HEAD}"
   start_node "$P_WORKER_SCRIPT"
   wait_file "$FAKE_RAY_LOG.pids"
   printf 'driver exited with status 0\n' >"${LOG_DIR}/${P_ENDED}"
@@ -322,8 +407,8 @@ batch_script_ends_job() {
 }
 
 @test "a worker whose Ray dies of Slurm's TERM leaves the reason to the batch script" {
-  printf '10.0.0.1:7379\n' >"${LOG_DIR}/${P_STARTED_RAY_HEAD}"
-  printf '10.0.0.1:7379\n' >"${LOG_DIR}/${P_DRIVER_STARTED}"
+  printf '127.0.0.1:7379\n' >"${LOG_DIR}/${P_STARTED_RAY_HEAD}"
+  printf '127.0.0.1:7379\n' >"${LOG_DIR}/${P_DRIVER_STARTED}"
   start_node "$P_WORKER_SCRIPT"
   wait_file "${FAKE_RAY_LOG}.pids" 5
   kill -TERM "$(head -n 1 "${FAKE_RAY_LOG}.pids")"
@@ -352,25 +437,28 @@ batch_script_ends_job() {
 }
 
 @test "a worker whose Ray dies of TERM while no job ends still ends the job, 5 s later" {
-  printf '10.0.0.1:7379\n' >"${LOG_DIR}/${P_STARTED_RAY_HEAD}"
-  printf '10.0.0.1:7379\n' >"${LOG_DIR}/${P_DRIVER_STARTED}"
+  listening_head
+  cp -- "${LOG_DIR}/${P_STARTED_RAY_HEAD}" "${LOG_DIR}/${P_DRIVER_STARTED}"
   start_node "$P_WORKER_SCRIPT"
   wait_file "${FAKE_RAY_LOG}.pids" 5
   kill -TERM "$(head -n 1 "${FAKE_RAY_LOG}.pids")"
   wait_node
   assert_failure 1
   assert_equal "$(cat "${LOG_DIR}/${P_ENDED}")" "worker 1 on nodeA: Ray exited with status 143 while the driver ran"
+  # The head still answers: the node's own Ray failed, and it is named for watch to leave out.
+  run grep -c "\"phase\": \"${P_PHASE_NODE_FAILED}\", \"node\": \"nodeA\"" "${LOG_DIR}/${P_TIMELINE}"
+  assert_output "1"
 }
 
 @test "a worker refuses a STARTED_RAY_HEAD that others could have written, naming it" {
-  printf '10.0.0.9:7379\n' >"${LOG_DIR}/${P_STARTED_RAY_HEAD}"
+  printf '127.0.0.9:7379\n' >"${LOG_DIR}/${P_STARTED_RAY_HEAD}"
   chmod 0666 "${LOG_DIR}/${P_STARTED_RAY_HEAD}"
   start_node "$P_WORKER_SCRIPT"
   wait_node
   assert_failure
   run cat "${LOG_DIR}/${P_ENDED}"
   assert_output --partial "refusing ${LOG_DIR}/${P_STARTED_RAY_HEAD}"
-  run grep -c "address=10.0.0.9" "$FAKE_RAY_LOG"
+  run grep -c "address=127.0.0.9" "$FAKE_RAY_LOG"
   assert_output 0
 }
 
@@ -379,11 +467,11 @@ batch_script_ends_job() {
   mkdir -m 0777 "$planted" "${planted}/nodeA"
   chmod 0777 "$planted" "${planted}/nodeA"
   printf '10.6.6.6:7379\n' >"${planted}/nodeA/${P_LOCAL_HEAD_ADDRESS}"
-  printf '10.0.0.1:7379\n' >"${LOG_DIR}/${P_STARTED_RAY_HEAD}"
+  printf '127.0.0.1:7379\n' >"${LOG_DIR}/${P_STARTED_RAY_HEAD}"
   start_node "$P_WORKER_SCRIPT"
   wait_file "${FAKE_RAY_LOG}.pids" 5
   run cat "$FAKE_RAY_LOG"
-  assert_output --partial "start --address=10.0.0.1:7379 "
+  assert_output --partial "start --address=127.0.0.1:7379 "
   refute_output --partial "10.6.6.6"
   refute_output --partial "--temp-dir=${planted}/"
   assert_output --regexp "--temp-dir=/tmp/rs-[A-Za-z0-9]{6}/nodeA "
@@ -398,4 +486,157 @@ batch_script_ends_job() {
   wait_node
   assert [ ! -e "${used%/*}" ]
   rm -rf "$planted"
+}
+
+# ---- the warning signal and driver restarts (the head's restart loop, the batch script's forwarding) ----
+
+@test "a driver that exits 0 after the warning signal was interrupted, not finished, and says so in ENDED" {
+  export FAKE_UNITS="2"
+  render_node_scripts --nodes 2 --gpus-per-node 0 --interface lo --ray-temp-dir '/tmp/rb%j/%n' \
+    --gcs-port 7379 --no-monitor -- bash -c 'printf "%s\n" "$RAYSUB_FINISHED"'
+  # As the batch script leaves it once it gave the driver the signal.
+  (umask 077 && printf 'SIGUSR1\n' >"${LOG_DIR}/${P_SIGNAL_DELIVERED}")
+  start_node "$P_HEAD_SCRIPT"
+  wait_node
+  assert_success
+  assert_equal "$(cat "${LOG_DIR}/${P_DRIVER_LOG}")" "${LOG_DIR}/${P_DRIVER_FINISHED}"
+  assert_equal "$(cat "${LOG_DIR}/${P_ENDED}")" \
+    "the driver exited with status 0 after SIGUSR1: interrupted, not finished (it did not create \$${P_FINISHED_ENV})"
+  assert_equal "$(cat "${LOG_DIR}/${P_DRIVER_EXIT_CODE}")" "0"
+}
+
+@test "a driver that declares itself finished after the warning signal ends the job as a plain exit 0" {
+  export FAKE_UNITS="2"
+  render_node_scripts --nodes 2 --gpus-per-node 0 --interface lo --ray-temp-dir '/tmp/rb%j/%n' \
+    --gcs-port 7379 --no-monitor -- bash -c \
+    'python3 -c "from raysub.driver import declare_finished; print(declare_finished())"'
+  (umask 077 && printf 'SIGUSR1\n' >"${LOG_DIR}/${P_SIGNAL_DELIVERED}")
+  start_node "$P_HEAD_SCRIPT"
+  wait_node
+  assert_success
+  assert_equal "$(cat "${LOG_DIR}/${P_DRIVER_LOG}")" "True"
+  assert [ -e "${LOG_DIR}/${P_DRIVER_FINISHED}" ]
+  assert_equal "$(cat "${LOG_DIR}/${P_ENDED}")" "driver exited with status 0"
+}
+
+@test "before a restart the last run's processes are gone, even one in its own group that ignores TERM" {
+  export FAKE_UNITS="2"
+  local driver="${BATS_TEST_TMPDIR}/driver.sh" child="${BATS_TEST_TMPDIR}/child_pid"
+  cat >"$driver" <<'SH'
+child_pid_file=$1
+if [[ ! -e $child_pid_file ]]; then
+  # Its own session and process group, deaf to TERM: only the run's mark leads to it.
+  setsid bash -c 'trap "" TERM; while :; do sleep 0.2; done' </dev/null >/dev/null 2>&1 &
+  printf '%s\n' "$!" >"$child_pid_file"
+  exit 1
+fi
+state=$(awk '{ print $3 }' "/proc/$(<"$child_pid_file")/stat" 2>/dev/null || printf 'gone')
+if [[ $state != Z && $state != gone ]]; then echo "the first run's child is alive ($state)"; exit 7; fi
+echo "the first run's child is gone"
+SH
+  render_node_scripts --nodes 2 --gpus-per-node 0 --interface lo --ray-temp-dir '/tmp/rb%j/%n' \
+    --gcs-port 7379 --no-monitor --driver-restarts 1 --restart-backoff 1 -- bash "$driver" "$child"
+  # The signal reached the first run: the second starts without it, so its exit 0 is a plain one.
+  (umask 077 && printf 'SIGUSR1\n' >"${LOG_DIR}/${P_SIGNAL_DELIVERED}")
+  start_node "$P_HEAD_SCRIPT"
+  wait_node
+  local child_pid
+  child_pid=$(cat "$child")
+  kill -KILL "$child_pid" 2>/dev/null || true
+  assert_success
+  assert_equal "$(cat "${LOG_DIR}/$("$PYTHON" -c 'from raysub.protocol import driver_log_name; print(driver_log_name(1))')")" \
+    "the first run's child is gone"
+  assert_equal "$(cat "${LOG_DIR}/${P_ENDED}")" "driver exited with status 0"
+  assert_output --partial "the driver's processes did not all stop within 3 s of TERM: killing them"
+  assert_output --partial "the warning signal had reached run 0; run 1 starts without it"
+  # The clean-up of Ray (raysub/node/cleanup.py) cannot work with the fake Ray: a warning, and the restart.
+  assert_output --partial "warning: the clean-up before restart 1 exited with status 1"
+  run grep -F "\"phase\": \"${P_PHASE_DRIVER_CLEANUP}\", \"node\": \"nodeA\", \"detail\": \"warning: " "${LOG_DIR}/${P_TIMELINE}"
+  assert_success
+  assert [ ! -e "${LOG_DIR}/${P_SIGNAL_DELIVERED}" ]
+  assert [ ! -e "${LOG_DIR}/${P_DRIVER_PID}" ]
+}
+
+# Renders a whole batch script with $@ (one node, logs under $BATS_TEST_TMPDIR/base) into job.sub, with a
+# stand-in for the head step: it waits for the file "go", then runs $DRIVER as the head does (its own
+# process group, in DRIVER_PID while it runs) and ends the job with its status. Sets JOB_LOG_DIR.
+render_batch() {
+  local bin="${BATS_TEST_TMPDIR}/bin" head="${BATS_TEST_TMPDIR}/head-stand-in.sh"
+  mkdir -p "$bin"
+  JOB_LOG_DIR="${BATS_TEST_TMPDIR}/base/${SLURM_JOB_ID}-logs"
+  "$PYTHON" -m raysub render --nodes 1 --gpus-per-node 0 --no-monitor --log-dir "${BATS_TEST_TMPDIR}/base" "$@" \
+    -- true >"${BATS_TEST_TMPDIR}/job.sub"
+  printf '#!/usr/bin/env bash\nexec bash %q\n' "$head" >"${bin}/srun"
+  chmod +x "${bin}/srun"
+  cat >"$head" <<SH
+set -euo pipefail
+touch "${BATS_TEST_TMPDIR}/head_started"
+until [[ -e "${BATS_TEST_TMPDIR}/go" ]]; do sleep 0.05; done
+umask 077
+setsid bash -c "\$DRIVER" &
+driver=\$!
+printf '%s\n' "\$driver" >"${JOB_LOG_DIR}/${P_DRIVER_PID}.tmp"
+mv "${JOB_LOG_DIR}/${P_DRIVER_PID}.tmp" "${JOB_LOG_DIR}/${P_DRIVER_PID}"
+status=0
+wait "\$driver" || status=\$?
+rm -f "${JOB_LOG_DIR}/${P_DRIVER_PID}"
+printf '%s\n' "\$status" >"${JOB_LOG_DIR}/${P_DRIVER_EXIT_CODE}"
+printf 'driver exited with status %s\n' "\$status" >"${JOB_LOG_DIR}/${P_ENDED}"
+SH
+}
+
+# Runs job.sub as Slurm would on nodeA, until its head stand-in waits for "go". Sets batch_pid, batch_log.
+start_batch() {
+  batch_log="${BATS_TEST_TMPDIR}/batch.log"
+  SLURM_JOB_NODELIST=nodeA PATH="${BATS_TEST_TMPDIR}/bin:${FAKES_PATH}" bash "${BATS_TEST_TMPDIR}/job.sub" \
+    >"$batch_log" 2>&1 3>&- &
+  batch_pid=$!
+  wait_file "${BATS_TEST_TMPDIR}/head_started" 20
+}
+
+@test "the warning signal before any driver runs is held, and goes to the driver once it handles it" {
+  local marker="${BATS_TEST_TMPDIR}/got_usr1" batch_status=0
+  # Its handler comes 2 s after it starts: the held signal must wait for it, not kill it.
+  export DRIVER="exec \"${PYTHON}\" -c 'import pathlib, signal, sys, time
+time.sleep(2)
+signal.signal(signal.SIGUSR1, lambda *_: (pathlib.Path(sys.argv[1]).write_text(\"got\"), sys.exit(0)))
+time.sleep(60)' ${marker}"
+  render_batch
+  start_batch
+  kill -USR1 "$batch_pid"
+  wait_file "${JOB_LOG_DIR}/${P_SIGNAL_PENDING}"
+  assert_equal "$(cat "${JOB_LOG_DIR}/${P_SIGNAL_PENDING}")" "SIGUSR1"
+  touch "${BATS_TEST_TMPDIR}/go"
+  wait "$batch_pid" || batch_status=$?
+  run cat "$batch_log"
+  assert_equal "$batch_status" 0
+  assert_output --partial "got SIGUSR1 while no driver runs: it goes to the next driver"
+  assert_output --regexp "forwarded SIGUSR1 \(held while no driver ran\) to the driver's processes that handle it: [0-9]+"
+  assert_equal "$(cat "$marker")" "got"
+  assert_equal "$(cat "${JOB_LOG_DIR}/${P_SIGNAL_DELIVERED}")" "SIGUSR1"
+  assert [ ! -e "${JOB_LOG_DIR}/${P_SIGNAL_PENDING}" ]
+  run grep -F "\"phase\": \"${P_PHASE_SIGNAL_FORWARDED}\", \"node\": \"nodeA\", \"detail\": \"SIGUSR1 to the driver\"" \
+    "${JOB_LOG_DIR}/${P_TIMELINE}"
+  assert_success
+}
+
+@test "a held warning signal goes to the whole group of a driver that does not handle it, after the grace" {
+  local batch_status=0 started
+  export DRIVER="exec sleep 60"
+  render_batch
+  # The grace, 30 s as rendered, cut short for the test.
+  sed -i 's/^readonly SIGNAL_GRACE_S=30$/readonly SIGNAL_GRACE_S=3/' "${BATS_TEST_TMPDIR}/job.sub"
+  run grep -c '^readonly SIGNAL_GRACE_S=3$' "${BATS_TEST_TMPDIR}/job.sub"
+  assert_output 1
+  start_batch
+  kill -USR1 "$batch_pid"
+  wait_file "${JOB_LOG_DIR}/${P_SIGNAL_PENDING}"
+  started=$SECONDS
+  touch "${BATS_TEST_TMPDIR}/go"
+  wait "$batch_pid" || batch_status=$?
+  run cat "$batch_log"
+  assert_equal "$batch_status" $((128 + $(kill -l USR1)))
+  assert [ $((SECONDS - started)) -ge 3 ]
+  assert_output --partial "forwarded SIGUSR1 (held while no driver ran) to the driver's process group (none of its processes handled it within 3 s)"
+  assert_equal "$(cat "${JOB_LOG_DIR}/${P_SIGNAL_DELIVERED}")" "SIGUSR1"
 }

@@ -132,6 +132,22 @@ def test_requeue_keeps_every_attempt(minicluster: MiniCluster, slurm_tmp: Path) 
     assert_clean(minicluster, job_id)
 
 
+def test_scancel_of_a_running_job_leaves_an_ended_that_says_cancelled(
+    minicluster: MiniCluster, slurm_tmp: Path
+) -> None:
+    # Slurm signals the steps deepest first: Ray, the unit counter and the driver die of the same TERM
+    # around the batch script's trap, and none of them may be named instead of the cancel (issue 22, 9).
+    job_id, logs = submit(minicluster, slurm_tmp, ["--nodes", "3", *NO_GPUS, "--", *LONG_DRIVER])
+    wait_for(slurm_tmp / "driver_running")
+    minicluster.run("scancel", str(job_id))
+    result = minicluster.wait(job_id)
+    assert result.state == "CANCELLED", result
+    assert logs.ended.read_text().startswith("cancelled by Slurm (scancel"), logs.ended.read_text()
+    ended = [e["detail"] for e in timeline(logs) if e["phase"] == protocol.PHASE_ENDED]
+    assert len(ended) == 1 and str(ended[0]).startswith("cancelled by Slurm"), ended
+    assert_clean(minicluster, job_id)
+
+
 def test_usr1_to_the_batch_shell_reaches_the_driver(minicluster: MiniCluster, slurm_tmp: Path) -> None:
     driver = (
         "import pathlib, signal, sys, time, ray\n"

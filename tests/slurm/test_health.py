@@ -48,7 +48,7 @@ def test_a_failed_driver_is_restarted_in_the_allocation_from_the_latest_checkpoi
         minicluster,
         slurm_tmp,
         ["--nodes", "2", *NO_GPUS, "--driver-restarts", "2", "--restart-backoff", "1",
-         "--checkpoint-dir", str(checkpoints), "--checkpoint-marker", "DONE",
+         "--checkpoint-dir", str(checkpoints), "--create-checkpoint-dir", "--checkpoint-marker", "DONE",
          "--", "python", str(driver), str(checkpoints), CHECKPOINT_PLACEHOLDER],
     )  # fmt: skip
     assert (result.state, result.exit_code) == ("COMPLETED", 0), job_report(
@@ -161,7 +161,8 @@ def test_watch_resubmits_a_job_that_lost_a_node_and_it_resumes(
     ]
     script.write_text(minicluster.run("raysub", "render", *render).stdout)
     watch = subprocess.Popen(
-        ["raysub", "watch", str(script), "--checkpoint-dir", str(checkpoints), "--max-restarts", "2",
+        ["raysub", "watch", str(script), "--checkpoint-dir", str(checkpoints), "--create-checkpoint-dir",
+         "--max-restarts", "2",
          "--backoff", "1", "--backoff-max", "2", "--interval", "2"],
         cwd=slurm_tmp, env=minicluster.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
@@ -179,4 +180,8 @@ def test_watch_resubmits_a_job_that_lost_a_node_and_it_resumes(
     assert minicluster.job(int(first)).state == "FAILED"
     logs = protocol.LogDir.of(slurm_tmp, second)
     assert logs.driver_log.read_text() == f"resumed from {checkpoints / 'step_3'}\n", output
+    # The job named node3 as failed: the next one asked for as many nodes, without it.
+    assert state["excluded"] == ["node3"] and state["history"][0]["failed_nodes"] == ["node3"], output
+    nodes = [entry.node for entry in logs.node_map()]
+    assert len(nodes) == 3 and "node3" not in nodes, nodes
     assert_clean(minicluster, int(second))

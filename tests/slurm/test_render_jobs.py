@@ -142,5 +142,5 @@ def test_interactive_job_stays_up_and_attach_sh_reaches_the_head(
     finally:
         minicluster.run("scancel", str(job_id))
     minicluster.wait(job_id)
-    assert "SIGTERM" in logs.ended.read_text()
+    assert logs.ended.read_text().startswith("cancelled by Slurm (scancel"), logs.ended.read_text()
     assert_clean(minicluster, job_id)

@@ -39,3 +39,13 @@ def test_the_scale_simulation_starts_8_nodes_with_two_job_steps(tmp_path: Path) 
     assert run["ray_nodes_started"] == 8
     assert run["workers"]["analysed"] == 2
     assert run["workers"]["ops_per_poll_median"] is not None
+
+
+def test_the_recovery_benchmark_reports_its_saved_runs(tmp_path: Path) -> None:
+    # Its runs need the minicluster (benchmarks/run-all); its table comes from what they saved.
+    copy = tmp_path / "recovery.json"
+    out = run_benchmark("recovery.py", "--report", "benchmarks/results/recovery.json", "--json", str(copy))
+    rows = [line.split() for line in out.splitlines()]
+    kinds = {row[1] for row in rows if len(row) > 2 and row[0] in ("2", "4")}
+    assert kinds == {"in_alloc", "resubmit", "watch"}, out
+    assert json.loads(copy.read_text())["complete"] is True

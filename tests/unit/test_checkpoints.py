@@ -1,6 +1,7 @@
 """raysub.node.checkpoints: each layout's newest complete checkpoint, the one still being written skipped,
 and the program the nodes run (python -m raysub.node.checkpoints)."""
 
+import copy
 import json
 import os
 import subprocess
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from raysub.node.checkpoints import Checkpoint, latest_checkpoint, main
+from raysub.node.checkpoints import AmbiguousCheckpoints, Checkpoint, latest_checkpoint, main
 
 REPO = Path(__file__).parents[2]
 
@@ -183,12 +184,61 @@ def test_a_marker_replaces_every_other_sign(tmp_path: Path) -> None:
     assert found(tmp_path, "NOPE") is None
 
 
-def test_the_most_recently_modified_of_several_directories(tmp_path: Path) -> None:
+def test_within_a_directory_the_step_decides_not_the_time_modified(tmp_path: Path) -> None:
+    tree(tmp_path, "checkpoint-900/trainer_state.json", "checkpoint-1000/trainer_state.json")
+    os.utime(tmp_path / "checkpoint-1000", (1_600_000_000, 1_600_000_000))
+    os.utime(tmp_path / "checkpoint-900", (1_700_000_000, 1_700_000_000))
+    assert found(tmp_path) == ("checkpoint-1000", 1000, "hf")
+
+
+def test_runs_side_by_side_are_ambiguous(tmp_path: Path) -> None:
     tree(tmp_path, "sft/checkpoint-900/trainer_state.json", "rl/global_step_5/data.pt", "rl/global_step_6/x")
-    os.utime(tmp_path / "sft" / "checkpoint-900", (1_700_000_000, 1_700_000_000))
-    assert found(tmp_path) == ("rl/global_step_5", 5, "global_step")
-    os.utime(tmp_path / "rl" / "global_step_5", (1_600_000_000, 1_600_000_000))
-    assert found(tmp_path) == ("sft/checkpoint-900", 900, "hf")
+    os.utime(tmp_path / "sft" / "checkpoint-900", (1_700_000_000, 1_700_000_000))  # the time changes nothing
+    with pytest.raises(AmbiguousCheckpoints) as raised:
+        latest_checkpoint(tmp_path)
+    assert raised.value.holders == [tmp_path / "rl", tmp_path / "sft"]
+    message = str(raised.value)
+    assert message.startswith(f"{tmp_path}: complete checkpoints in 2 directories (rl, sft)")
+    assert "pass the run's own directory" in message and "--checkpoint-marker" in message
+    assert "\n" not in message
+    assert found(tmp_path / "rl") == ("global_step_5", 5, "global_step")  # the run's own directory
+    assert found(tmp_path, "DONE") is None  # a marker only one run's checkpoints hold
+    tree(tmp_path, "sft/checkpoint-900/DONE")
+    assert found(tmp_path, "DONE") == ("sft/checkpoint-900", 900, "hf")
+    tree(tmp_path, "rl/global_step_6/data.pt")  # still ambiguous, whichever is newer
+    os.utime(tmp_path / "rl" / "global_step_6", (1_800_000_000, 1_800_000_000))
+    with pytest.raises(AmbiguousCheckpoints):
+        latest_checkpoint(tmp_path)
+
+
+def test_checkpoints_in_a_directory_and_below_it_are_ambiguous(tmp_path: Path) -> None:
+    tree(tmp_path, "step_10/training_info.json", "old/step_99/training_info.json", "being_written/step_5/x")
+    with pytest.raises(AmbiguousCheckpoints, match=r"in 2 directories \(\., old\)"):
+        latest_checkpoint(tmp_path)
+
+
+def test_trials_side_by_side_are_ambiguous_and_the_list_is_cut_short(tmp_path: Path) -> None:
+    for trial in range(7):
+        tree(tmp_path / "experiment" / f"trial_{trial}", "checkpoint_000000/model.pt")
+        result = json.dumps({"checkpoint_dir_name": "checkpoint_000000"})
+        (tmp_path / "experiment" / f"trial_{trial}" / "result.json").write_text(result + "\n")
+    with pytest.raises(AmbiguousCheckpoints) as raised:
+        latest_checkpoint(tmp_path)
+    assert len(raised.value.holders) == 7
+    listed = ", ".join(f"experiment/trial_{trial}" for trial in range(5))
+    assert f"complete checkpoints in 7 directories ({listed} and 2 more)" in str(raised.value)
+
+
+def test_a_checkpoint_two_directories_name_counts_once(tmp_path: Path) -> None:
+    tree(tmp_path, "run/step_10/training_info.json", "run/step_20/x")
+    (tmp_path / "latest").symlink_to(tmp_path / "run" / "step_10", target_is_directory=True)
+    assert found(tmp_path) == ("run/step_10", 10, "step")
+
+
+def test_the_ambiguity_error_copies(tmp_path: Path) -> None:
+    error = AmbiguousCheckpoints(tmp_path, [tmp_path / "a", tmp_path / "b"])
+    copied = copy.copy(error)  # as pickle does: by its directory and holders, not its message
+    assert (str(copied), copied.holders) == (str(error), error.holders)
 
 
 def test_the_search_depth_hidden_directories_and_no_checkpoints(tmp_path: Path) -> None:
@@ -222,6 +272,15 @@ def test_main_on_a_missing_directory(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert main([str(tmp_path / "file")]) == 2
 
 
+def test_main_on_ambiguous_checkpoints(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tree(tmp_path, "a/step_1/training_info.json", "b/step_2/training_info.json")
+    assert main([str(tmp_path)]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.startswith(f"raysub: {tmp_path}: complete checkpoints in 2 directories (a, b)")
+    assert err.count("\n") == 1 and err.endswith("\n")
+
+
 def test_the_program_runs_as_a_module(tmp_path: Path) -> None:
     tree(tmp_path, "iter_0000010/.metadata", "latest_checkpointed_iteration.txt")
     (tmp_path / "latest_checkpointed_iteration.txt").write_text("10")
@@ -235,6 +294,11 @@ def test_the_program_runs_as_a_module(tmp_path: Path) -> None:
     assert (done.returncode, done.stdout, done.stderr) == (0, f"{tmp_path / 'iter_0000010'}\n", "")
     done = run("missing")
     assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr.count("\n") == 1
+    tree(tmp_path, "other_run/iter_0000020/.metadata")
+    done = run(".")
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr.startswith("raysub: .: complete checkpoints in 2 directories (., other_run)")
     assert done.stderr.count("\n") == 1
 
 

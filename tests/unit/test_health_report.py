@@ -1,15 +1,20 @@
 """raysub health over LOG_DIRs written with the protocol's writers and recorded-format log lines (Slurm's
-answer faked): each finding, the verdict and exit status, and the stall seen across reports."""
+answer faked): each finding, the verdict and exit status, the stall and the slow step seen across reports,
+and the driver's log read from its tail as raysub watch reads it."""
 
 import dataclasses
 import json
 import os
+import re
+import time
+import tracemalloc
 from pathlib import Path
 
 import pytest
 
 from raysub import protocol
-from raysub.health.report import Options, Severity, Verdict, check, stall_check
+from raysub.health.report import Finding, Options, Severity, StallWatch, Verdict, check, stall_check
+from raysub.health.stall import CARRY_MAX, DriverTail, median_step_time, step_times
 from raysub.jobs import Job
 from raysub.node.metrics_log import snapshot_line
 from raysub.node.readings import GpuMetrics, NodeMetrics
@@ -78,12 +83,12 @@ def test_a_step_that_does_not_move_is_a_stall_across_reports(tmp_path: Path) -> 
     assert later.verdict == Verdict.UNHEALTHY
     [stall] = later.findings
     assert (stall.kind, stall.severity) == ("stall", Severity.ERROR)
-    assert stall.reason.startswith("no new step after step 7 for ")
+    assert stall.reason == "no new step after step 7 and no output for 311 s"
     assert stall.line is not None and stall.line.startswith("step:7 ")
     with job.logs.driver_log.open("a") as out:
         out.write("step:8 - actor/pg_loss:-0.01\n")
     assert check(job, RUNNING, options, now=NOW + 302).verdict == Verdict.HEALTHY  # it moved again
-    assert stall_check(options)(job) is False
+    assert stall_check(options)(job) is None
 
 
 def test_a_driver_silent_from_the_start_is_stalled(tmp_path: Path) -> None:
@@ -91,6 +96,260 @@ def test_a_driver_silent_from_the_start_is_stalled(tmp_path: Path) -> None:
     os.utime(job.logs.driver_log, (NOW - 2000, NOW - 2000))
     [stall] = check(job, RUNNING, Options(), now=NOW).findings
     assert stall.reason.startswith("no output from the driver for ")
+
+
+# verl's console logger behind Ray's prefix, steps of 100 s; and a line vLLM prints during rollouts.
+def verl_step(step: int) -> str:
+    return f"(TaskRunner pid=12) step:{step} - actor/pg_loss:-0.004 - timing_s/step:100.0\n"
+
+
+ROLLOUT = (
+    "(WorkerDict pid=77, ip=10.0.0.2) INFO 01-20 10:11:12 [metrics.py:351] Avg prompt throughput: 0.0 "
+    "tokens/s, Avg generation throughput: 2318.5 tokens/s, Running: 212 reqs, Pending: 0 reqs\n"
+)
+
+
+def append(job: Job, text: str, at: float, path: Path | None = None) -> None:
+    """``text`` printed by the driver at ``at`` (the log's modification time)."""
+    path = path or job.logs.driver_log
+    with path.open("a") as out:
+        out.write(text)
+    os.utime(path, (at, at))
+
+
+def steps_of_100_s(job: Job, watch: StallWatch) -> float:
+    """Steps 1 to 5 printed and seen 100 s apart; returns when step 5 was seen."""
+    for step in range(1, 6):
+        append(job, verl_step(step), NOW + 100 * step)
+        assert watch(job, now=NOW + 100 * step) is None
+    return NOW + 500
+
+
+def test_a_long_step_that_keeps_printing_is_slow_then_stalled_past_the_larger_limit(tmp_path: Path) -> None:
+    job = running_job(tmp_path, "")
+    watch = StallWatch(Options(stall_after=300))
+    seen = steps_of_100_s(job, watch)
+    append(job, ROLLOUT, seen + 250)
+    assert watch(job, now=seen + 250) is None  # not 3 median steps yet
+    findings: list[Finding | None] = []
+    for taken in range(400, 7200, 200):  # an evaluation, 2 hours long, printing all along
+        append(job, ROLLOUT, seen + taken)
+        findings.append(watch(job, now=seen + taken))
+    assert {(f.kind, f.severity) if f else None for f in findings} == {("slow_step", Severity.WARNING)}
+    first = findings[0]
+    assert first is not None and first.line == verl_step(5).strip()
+    assert first.reason == (
+        "no new step after step 5 for 400 s, 4 times the median step time (100 s); a stall after 300 s "
+        "without output, or at 7200 s"
+    )
+    append(job, ROLLOUT, seen + 7200)
+    stall = watch(job, now=seen + 7200)  # the default limit: 2 hours (10 median steps are less)
+    assert stall is not None and (stall.kind, stall.severity) == ("stall", Severity.ERROR)
+    assert stall.reason == (
+        "no new step after step 5 for 7200 s while the driver keeps printing: past the slow-step limit of "
+        "7200 s, the median step time 100 s"
+    )
+    append(job, verl_step(6), seen + 7260)
+    assert watch(job, now=seen + 7260) is None  # it moved after all
+
+
+def test_the_slow_step_limit_is_an_option(tmp_path: Path) -> None:
+    job = running_job(tmp_path, "")
+    watch = StallWatch(Options(stall_after=300, slow_step_limit=1500))
+    seen = steps_of_100_s(job, watch)
+    for taken in range(400, 1500, 200):
+        append(job, ROLLOUT, seen + taken)
+        finding = watch(job, now=seen + taken)
+        assert finding is not None and finding.kind == "slow_step"
+    append(job, ROLLOUT, seen + 1500)
+    stall = watch(job, now=seen + 1500)
+    assert stall is not None and stall.reason.startswith(
+        "no new step after step 5 for 1500 s while the driver"
+    )
+
+
+def test_a_silent_driver_is_stalled_after_stall_after(tmp_path: Path) -> None:
+    job = running_job(tmp_path, STEPS.replace(" - timing_s/step:2.0", ""))  # step 7 at NOW - 10, no rate
+    watch = StallWatch(Options())
+    assert watch(job, now=NOW) is None
+    assert watch(job, now=NOW + 1780) is None
+    stall = watch(job, now=NOW + 1790)
+    assert stall == Finding(
+        Severity.ERROR,
+        "stall",
+        "no new step after step 7 and no output for 1800 s",
+        line="step:7 - actor/pg_loss:-0.01",
+    )
+
+
+def test_a_silent_driver_s_slow_step_is_a_warning_before_it_is_a_stall(tmp_path: Path) -> None:
+    job = running_job(tmp_path)  # step 7 at NOW - 10, 2 s a step as verl says
+    watch = StallWatch(Options())
+    assert watch(job, now=NOW + 50) is None
+    slow = watch(job, now=NOW + 100)
+    assert slow is not None and (slow.kind, slow.severity) == ("slow_step", Severity.WARNING)
+    assert slow.reason.startswith("no new step after step 7 for 110 s, 55 times the median step time (2 s);")
+    stall = watch(job, now=NOW + 1790)
+    assert stall is not None and (stall.kind, stall.severity) == ("stall", Severity.ERROR)
+
+
+def test_before_the_first_step_only_silence_is_a_stall(tmp_path: Path) -> None:
+    job = running_job(tmp_path, "")
+    watch = StallWatch(Options(stall_after=300))
+    for minute in range(0, 4 * 60, 4):  # four hours of loading and compiling, printing
+        line = "(TaskRunner pid=12) Loading safetensors checkpoint shards:  50% Completed | 4/8\n"
+        append(job, line, NOW + 60 * minute)
+        assert watch(job, now=NOW + 60 * minute) is None
+    stall = watch(job, now=NOW + 60 * 236 + 300)
+    assert stall is not None and stall.reason == "no output from the driver for 300 s"
+
+
+def test_raysub_health_warns_of_a_slow_step_from_the_rate_the_log_states(tmp_path: Path) -> None:
+    job = running_job(tmp_path)  # timing_s/step:2.0
+    assert check(job, RUNNING, Options(), now=NOW).findings == []  # step 7 first seen
+    append(job, ROLLOUT, NOW + 590)
+    report = check(job, RUNNING, Options(), now=NOW + 600)
+    [slow] = report.findings
+    assert (slow.kind, slow.severity, report.verdict) == ("slow_step", Severity.WARNING, Verdict.UNHEALTHY)
+    assert slow.reason.startswith("no new step after step 7 for 610 s, 305 times the median step time (2 s);")
+
+
+def test_step_times_come_from_the_steps_seen_over_time() -> None:
+    seen = [(5, 0.0), (6, 100.0), (3, 500.0), (4, 620.0), (10, 1220.0)]  # a restart went back to step 3
+    assert step_times(seen) == [100.0, 120.0, 100.0]
+    assert median_step_time(seen, rate=0.5) == 100.0  # measured beats the log's own rate ...
+    assert median_step_time(seen[:2], rate=0.5) == 2.0  # ... once there are three step times
+    assert median_step_time(seen[:2], rate=None) == 100.0
+    assert median_step_time([], rate=None) is None
+
+
+def test_the_progress_memory_keeps_the_last_step_changes_and_reads_the_old_format(tmp_path: Path) -> None:
+    logs = protocol.LogDir(tmp_path)
+    memory = logs.file(protocol.HEALTH_PROGRESS)
+    memory.write_text('{"step": 7, "since": 1800000000.5}\n')  # as raysub health wrote it before
+    assert logs.progress_seen() == protocol.ProgressSeen(7, 1800000000.5, ())
+    steps = tuple((step, NOW + step) for step in range(100))
+    logs.write_progress_seen(protocol.ProgressSeen(99, NOW + 99, steps))
+    assert logs.progress_seen() == protocol.ProgressSeen(99, NOW + 99, steps[-protocol.PROGRESS_HISTORY :])
+    assert len(memory.read_text()) < 2000
+    memory.write_text('{"step": true, "since": 1, "steps": [[1, 2], ["x", 3], [4], 5, [6, null]]}')
+    assert logs.progress_seen() == protocol.ProgressSeen(None, 1.0, ((1, 2.0),))
+    memory.write_text("[1, 2]")
+    assert logs.progress_seen() is None
+
+
+def test_a_multi_gigabyte_log_is_read_from_its_tail_in_bounded_memory(tmp_path: Path) -> None:
+    job = running_job(tmp_path, "")
+    with job.logs.driver_log.open("r+b") as log:  # 3 GiB that take no disk, then the run's last lines
+        log.truncate(3 * 2**30)
+        log.seek(0, os.SEEK_END)
+        log.write(("\n" + "".join(ROLLOUT + verl_step(step) for step in range(1, 2001))).encode())
+    os.utime(job.logs.driver_log, (NOW - 5, NOW - 5))
+    tail = DriverTail()
+    tracemalloc.start()
+    try:
+        seen, changed = tail.read(job.logs, NOW)
+        append(job, ROLLOUT + verl_step(2001), NOW + 55)
+        later, changed_later = tail.read(job.logs, NOW + 60)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert seen is not None and seen.step == 2000 and seen.line == verl_step(2000).strip()
+    assert (changed, changed_later) == (NOW - 5, NOW + 60)  # a read that found new bytes counts as output
+    assert later is not None and later.step == 2001
+    assert tail.offset == job.logs.driver_log.stat().st_size
+    assert peak < 64 * 2**20, f"{peak / 2**20:.0f} MiB"
+
+
+def latest_step(tail: DriverTail) -> int | None:
+    return tail.latest.step if tail.latest else None
+
+
+def test_a_restarted_driver_s_log_is_read_afresh(tmp_path: Path) -> None:
+    job = running_job(tmp_path)
+    watch = StallWatch(Options(stall_after=300))
+    assert watch(job, now=NOW) is None
+    [tail] = watch.tails.values()
+    assert (tail.path, latest_step(tail)) == (job.logs.driver_log, 7)
+    restart = job.logs.file(protocol.driver_log_name(1))
+    append(job, "(TaskRunner pid=99) loading checkpoint from global_step_5\n", NOW + 60, restart)
+    assert watch(job, now=NOW + 60) is None
+    assert (tail.path, latest_step(tail)) == (restart, None)
+    assert job.logs.progress_seen() == protocol.ProgressSeen(None, NOW + 60, ((7, NOW - 10),))
+    append(job, verl_step(6), NOW + 120, restart)
+    assert watch(job, now=NOW + 120) is None
+    assert latest_step(tail) == 6
+
+
+def test_a_truncated_or_replaced_log_is_read_afresh(tmp_path: Path) -> None:
+    job = running_job(tmp_path)
+    tail = DriverTail()
+    seen, _ = tail.read(job.logs, NOW)
+    assert seen is not None and seen.step == 7
+    job.logs.driver_log.write_text(verl_step(2))  # truncated, same file
+    seen, _ = tail.read(job.logs, NOW + 60)
+    assert seen is not None and seen.step == 2
+    # another file in its place, longer than what was read: read from its start, not from the old offset
+    new = job.logs.driver_log.with_name("new.log")
+    new.write_text(verl_step(3) + ROLLOUT * 20)
+    new.replace(job.logs.driver_log)
+    seen, _ = tail.read(job.logs, NOW + 120)
+    assert seen is not None and seen.step == 3
+
+
+def tqdm_bar(step: int, total: int = 10_000) -> str:
+    """verl's progress bar as tqdm redraws it, without ending the line."""
+    filled = "█" * (10 * step // total)
+    percent = 100 * step // total
+    return f"\rTraining Progress: {percent:3d}%|{filled:<10}| {step}/{total} [1:02:03<4:05:06,  2.00s/it]"
+
+
+def test_a_progress_bar_that_never_ends_its_line_is_followed_in_bounded_memory(tmp_path: Path) -> None:
+    job = running_job(tmp_path, "")
+    tail = DriverTail()
+    append(job, "(TaskRunner pid=12) " + tqdm_bar(1), NOW)
+    seen, _ = tail.read(job.logs, NOW)
+    assert seen is not None and (seen.step, seen.total, seen.rate) == (1, 10_000, 0.5)
+    append(job, "".join(tqdm_bar(step) for step in range(2, 5001)), NOW + 60)  # one line, 5000 redraws
+    seen, _ = tail.read(job.logs, NOW + 60)
+    assert seen is not None and (seen.step, seen.total) == (5000, 10_000)
+    assert len(tail.carry) <= CARRY_MAX
+    append(job, tqdm_bar(5001), NOW + 120)
+    seen, _ = tail.read(job.logs, NOW + 120)
+    assert seen is not None and seen.step == 5001
+
+
+def test_what_progress_carries_from_line_to_line_holds_across_reads(tmp_path: Path) -> None:
+    job = running_job(tmp_path, "")
+    tail = DriverTail()
+    # HF Trainer: its training bar, then (another read) an evaluation bar, neither with a description
+    append(job, "\r 12%|█▏        | 120/1000 [01:23<10:00,  1.45it/s]\n", NOW)
+    assert latest_step(tail) is None and tail.read(job.logs, NOW)[0] is not None
+    append(job, "\r 50%|█████     | 5/10 [00:02<00:02,  2.10it/s]\n", NOW + 60)
+    seen, _ = tail.read(job.logs, NOW + 60)
+    assert seen is not None and (seen.step, seen.total) == (120, 1000)
+    # a line cut by a block-buffered write inside its step number is read once it is whole
+    append(job, '{"step": 121, "loss": 1.234}\n{"step": 1', NOW + 120)
+    assert latest_step(tail) == 120 and tail.read(job.logs, NOW + 120)[0] is not None
+    assert latest_step(tail) == 121
+    append(job, '22, "loss": 1.2}\n', NOW + 180)
+    seen, _ = tail.read(job.logs, NOW + 180)
+    assert seen is not None and (seen.step, seen.total) == (122, 1000)
+
+
+def test_the_command_takes_a_slow_step_limit(
+    raysub_cli: RunCli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job = running_job(tmp_path)
+    monkeypatch.setattr("raysub.slurm.job_state", lambda job_id: RUNNING)
+    written = time.time() - 100  # the command goes by the clock: step 7 was printed 100 s ago
+    os.utime(job.logs.driver_log, (written, written))
+    result = raysub_cli("health", "--slow-step-limit", "50", str(job.logs.path))
+    assert result.code == 1, result.stderr
+    finding = "error: no new step after step 7 for 1[0-9][0-9] s while the driver keeps printing: past the "
+    assert re.search(finding + "slow-step limit of 50 s", result.stdout), result.stdout
+    bad = raysub_cli("health", "--slow-step-limit", "0.5", str(job.logs.path))
+    assert bad.code == 2 and "--slow-step-limit" in bad.stderr
 
 
 @pytest.mark.parametrize(
@@ -142,6 +401,19 @@ def test_the_newest_complete_checkpoint_is_named(tmp_path: Path) -> None:
         (checkpoints / f"step_{step}" / "DONE").write_text("")
     report = check(job, RUNNING, Options(checkpoint_dir=checkpoints, checkpoint_marker="DONE"), now=NOW)
     assert report.checkpoint == str(checkpoints / "step_200")
+
+
+def test_checkpoints_of_several_runs_are_a_warning(tmp_path: Path) -> None:
+    job = running_job(tmp_path)
+    for run in ("run_a", "run_b"):
+        (tmp_path / "ckpt" / run / "step_100").mkdir(parents=True)
+        (tmp_path / "ckpt" / run / "step_100" / "training_info.json").write_text("{}")
+    report = check(job, RUNNING, Options(checkpoint_dir=tmp_path / "ckpt"), now=NOW)
+    [finding] = [f for f in report.findings if f.kind == "checkpoint"]
+    assert finding.severity == Severity.WARNING
+    expected = f"{tmp_path / 'ckpt'}: complete checkpoints in 2 directories (run_a, run_b)"
+    assert finding.reason.startswith(expected)
+    assert report.checkpoint is None
 
 
 def test_the_command_exits_with_the_verdict(

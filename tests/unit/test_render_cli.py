@@ -75,6 +75,7 @@ def test_allocation_options_become_sbatch_lines(raysub_cli: RunCli) -> None:
         "#SBATCH --partition=batch",
         "#SBATCH --account=ml",
         "#SBATCH --time=4:00:00",
+        "#SBATCH --no-requeue",
         "#SBATCH --qos=high",
     ]
 
@@ -188,6 +189,35 @@ def test_requeue_and_signal_before_become_sbatch_lines(raysub_cli: RunCli) -> No
     assert "#SBATCH --requeue" in sbatch_lines(result.stdout)
     assert "#SBATCH --signal=B:USR2@120" in sbatch_lines(result.stdout)
     assert "trap 'forward_signal USR2' USR2\n" in result.stdout
+
+
+def test_a_job_is_not_requeued_by_slurm_unless_asked_and_the_docs_say_so(raysub_cli: RunCli) -> None:
+    plain = sbatch_lines(raysub_cli("render", "-N", "2", "--", "x").stdout)
+    assert "#SBATCH --no-requeue" in plain and "#SBATCH --requeue" not in plain
+    asked = sbatch_lines(raysub_cli("render", "-N", "2", "--requeue", "--", "x").stdout)
+    assert "#SBATCH --requeue" in asked and "#SBATCH --no-requeue" not in asked
+    docs = " ".join((Path(__file__).parents[2] / "docs" / "watch.md").read_text().split())
+    assert "raysub renders `#SBATCH --no-requeue` unless `raysub render --requeue`" in docs
+
+
+@pytest.mark.parametrize(
+    ("option", "made"),
+    [("--checkpoint-dir", False), ("--create-checkpoint-dir", True)],
+)
+def test_a_checkpoint_dir_that_does_not_exist_is_refused_unless_the_job_makes_it(
+    raysub_cli: RunCli, tmp_path: Path, option: str, made: bool
+) -> None:
+    missing = tmp_path / "ckpt"
+    args = ["--checkpoint-dir", str(missing), *(["--create-checkpoint-dir"] if made else [])]
+    result = raysub_cli("render", "-N", "2", *args, "--", "python", "t.py")
+    if made:
+        assert result.code == 0 and "CREATE_CHECKPOINT_DIR=1" in result.stdout
+    else:
+        assert result.code == 2
+        assert f"{missing} does not exist on" in result.stderr and "--create-checkpoint-dir" in result.stderr
+    (tmp_path / "file").write_text("")
+    result = raysub_cli("render", "-N", "2", "--checkpoint-dir", str(tmp_path / "file"), "--", "x")
+    assert result.code == 2 and "is not a directory" in result.stderr
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,7 @@ import random
 import sys
 import time
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -15,6 +15,7 @@ import pytest
 
 from raysub import protocol, slurm
 from raysub import watch as watching
+from raysub.health.report import Finding, Severity
 from raysub.jobs import Job
 from raysub.slurm import BatchScript, SlurmState
 from raysub.watch import (
@@ -23,6 +24,7 @@ from raysub.watch import (
     Action,
     Attempt,
     Backoff,
+    Checkpoints,
     Do,
     Next,
     Rules,
@@ -63,6 +65,8 @@ class FakeSlurm:
         self.plans = list(plans)
         self.answers: dict[str, Plan] = {}
         self.submitted: list[tuple[Path, Path, dict[str, str]]] = []
+        self.options: list[list[str]] = []
+        self.comments: dict[str, str] = {}  # comment: job id, as squeue would answer
         self.cancelled: list[str] = []
         self.asked: list[tuple[str, float]] = []
         self.calls: list[str] = []
@@ -70,10 +74,21 @@ class FakeSlurm:
         monkeypatch.setattr(slurm, "submit", self.submit)
         monkeypatch.setattr(slurm, "cancel", self.cancel)
         monkeypatch.setattr(slurm, "job_state", self.job_state)
+        monkeypatch.setattr(slurm, "job_with_comment", self.comments.get)
 
-    def submit(self, script: Path, cwd: Path, export: dict[str, str] | None = None) -> str:
+    def submit(
+        self,
+        script: Path,
+        cwd: Path,
+        export: dict[str, str] | None = None,
+        options: Sequence[str] = (),
+        timeout: float = slurm.TIMEOUT,
+    ) -> str:
         job_id = str(100 + len(self.submitted))
         self.submitted.append((script, cwd, dict(export or {})))
+        self.options.append(list(options))
+        comment = next(o.removeprefix("--comment=") for o in options if o.startswith("--comment="))
+        self.comments[comment] = job_id
         self.calls.append(f"sbatch {job_id}")
         self.answers[job_id] = list(self.plans.pop(0))
         self.on_submit(job_id)
@@ -121,33 +136,33 @@ def watch(
     clock: FakeClock,
     rules: Rules | None = None,
     job_id: str | None = None,
-    latest: Callable[[], Path | None] = watching.no_checkpoint,
-    stalled: Callable[[Job], bool] = watching.never_stalled,
+    checkpoints: Checkpoints | None = None,
+    stalled: Callable[[Job], Finding | None] = watching.never_stalled,
     lines: list[str] | None = None,
 ) -> WatchState:
     """A whole run of ``script`` (its files beside it) with a backoff of 10 s doubling up to 100 s, at its
     lower end."""
     return watching.run(
-        Target(script, script.parent, job_id), None, settings(clock, rules, latest, stalled, lines)
+        Target(script, script.parent, job_id), None, settings(clock, rules, checkpoints, stalled, lines)
     )
 
 
 def settings(
     clock: FakeClock,
     rules: Rules | None = None,
-    latest: Callable[[], Path | None] = watching.no_checkpoint,
-    stalled: Callable[[Job], bool] = watching.never_stalled,
+    checkpoints: Checkpoints | None = None,
+    stalled: Callable[[Job], Finding | None] = watching.never_stalled,
     lines: list[str] | None = None,
 ) -> Settings:
     return Settings(
-        rules or Rules(),
-        Backoff(10, 100, Edge()),
-        INTERVAL,
-        latest,
-        stalled,
-        clock.monotonic,
-        clock.sleep,
-        (lines if lines is not None else []).append,
+        rules=rules or Rules(),
+        backoff=Backoff(10, 100, Edge()),
+        interval=INTERVAL,
+        checkpoints=checkpoints,
+        stalled=stalled,
+        clock=clock.monotonic,
+        sleep=clock.sleep,
+        echo=(lines if lines is not None else []).append,
     )
 
 
@@ -309,42 +324,48 @@ def test_a_run_that_succeeds_submits_once_and_asks_slurm_once_per_interval(
 
 
 @pytest.mark.parametrize("state", ["FAILED", "TIMEOUT", "PREEMPTED", "NODE_FAIL"])
-def test_a_failed_job_is_resubmitted_after_the_backoff_with_the_latest_checkpoint(
+def test_a_failed_job_is_resubmitted_after_the_backoff_and_every_job_gets_the_checkpoint_dir(
     script: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch, state: str
 ) -> None:
     fake = FakeSlurm(monkeypatch, clock, [[RUNNING, RUNNING, ended(state)], [COMPLETED]])
-    checkpoint = script.parent / "ckpt" / "step-300"
-    final = watch(script, clock, latest=lambda: checkpoint)
+    directory = script.parent / "ckpt"
+    (directory / "step_300").mkdir(parents=True)
+    (directory / "step_300" / "training_info.json").write_text("{}")
+    lines: list[str] = []
+    final = watch(script, clock, checkpoints=Checkpoints(directory, "DONE"), lines=lines)
     assert final.succeeded
-    assert [export for _, _, export in fake.submitted] == [{}, {protocol.RESUME_FROM: str(checkpoint)}]
-    assert [(h.job_id, h.outcome, h.resume_from) for h in final.history] == [
-        ("100", state, None),
-        ("101", "COMPLETED", str(checkpoint)),
-    ]
+    # Never a resume point: the directory, from which each job's head finds the newest when it starts.
+    env = {protocol.CHECKPOINT_DIR_ENV: str(directory), protocol.CHECKPOINT_MARKER_ENV: "DONE"}
+    assert [export for _, _, export in fake.submitted] == [env, env]
+    assert all(protocol.RESUME_FROM not in export for _, _, export in fake.submitted)
+    assert [(h.job_id, h.outcome) for h in final.history] == [("100", state), ("101", "COMPLETED")]
     assert final.restarts == 1
     assert clock.sleeps == [INTERVAL, INTERVAL, INTERVAL, 10, INTERVAL]  # 10: the first restart's backoff
+    # The marker DONE is in no checkpoint: none is complete yet.
+    assert any("no checkpoint yet; the job resumes from the newest" in line for line in lines)
 
 
-def test_without_a_checkpoint_the_restart_exports_nothing(
+def test_without_a_checkpoint_dir_the_jobs_get_nothing(
     script: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fake = FakeSlurm(monkeypatch, clock, [[ended("TIMEOUT")], [COMPLETED]])
-    lines: list[str] = []
-    assert watch(script, clock, lines=lines).succeeded
+    assert watch(script, clock).succeeded
     assert [export for _, _, export in fake.submitted] == [{}, {}]
-    assert any("no checkpoint yet" in line for line in lines)
 
 
-def test_a_checkpoint_finder_that_fails_does_not_end_the_run(
+def test_a_checkpoint_lookup_that_fails_does_not_end_the_run(
     script: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def broken() -> Path | None:
+    def broken(directory: Path, marker: str | None = None) -> None:
         raise OSError("stale file handle")
 
+    module = types.ModuleType("raysub.node.checkpoints")
+    module.latest_checkpoint = broken  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "raysub.node.checkpoints", module)
     fake = FakeSlurm(monkeypatch, clock, [[ended("TIMEOUT")], [COMPLETED]])
     lines: list[str] = []
-    assert watch(script, clock, latest=broken, lines=lines).succeeded
-    assert fake.submitted[1][2] == {}
+    assert watch(script, clock, checkpoints=Checkpoints(script.parent), lines=lines).succeeded
+    assert len(fake.submitted) == 2
     assert any("stale file handle" in line for line in lines)
 
 
@@ -366,15 +387,41 @@ def test_a_stalled_job_is_cancelled_then_resubmitted(
     (script.parent / "100-logs").mkdir()  # the stall check reads the job's LOG_DIR
     checked: list[str] = []
 
-    def stalled(job: Job) -> bool:
+    def stalled(job: Job) -> Finding | None:
         checked.append(job.job_id)
-        return job.job_id == "100" and len(checked) >= 2
+        return STALL if job.job_id == "100" and len(checked) >= 2 else None
 
     final = watch(script, clock, stalled=stalled)
     assert final.succeeded
     assert fake.calls == ["sbatch 100", "scancel 100", "sbatch 101"]
     assert [h.outcome for h in final.history] == [STALLED, "COMPLETED"]
     assert checked == ["100", "100"]  # asked only of a RUNNING job whose LOG_DIR is there
+
+
+STALL = Finding(Severity.ERROR, "stall", "no new step and no output for 1900 s")
+SLOW = Finding(
+    Severity.WARNING, "slow_step", "step 12 has taken 2 h, 10 times the median step", line="step 12"
+)
+
+
+def test_a_slow_step_is_said_once_and_waited_out(
+    script: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = FakeSlurm(monkeypatch, clock, [[RUNNING, RUNNING, RUNNING, COMPLETED]])
+    (script.parent / "100-logs").mkdir()
+    lines: list[str] = []
+    looks: list[Finding] = []
+
+    def slow(job: Job) -> Finding:
+        # As slow_step_finding: the reason counts the seconds the step has taken, so it changes every look.
+        looks.append(replace(SLOW, reason=f"{SLOW.reason} ({len(looks)} looks)"))
+        return looks[-1]
+
+    final = watch(script, clock, stalled=slow, lines=lines)
+    assert final.succeeded and fake.calls == ["sbatch 100"] and len(looks) >= 2
+    assert [line.partition(" ")[2] for line in lines if "warning" in line] == [
+        f"warning: job 100: {looks[0].reason}"
+    ]
 
 
 def test_a_failed_cancel_asks_slurm_again_rather_than_submit_a_second_job(
@@ -388,7 +435,7 @@ def test_a_failed_cancel_asks_slurm_again_rather_than_submit_a_second_job(
 
     monkeypatch.setattr(slurm, "cancel", cancel)
     lines: list[str] = []
-    final = watch(script, clock, stalled=lambda job: True, lines=lines)
+    final = watch(script, clock, stalled=lambda job: STALL, lines=lines)
     # Job 100 stays, stalled, until it ends by itself: only then is the script submitted again.
     assert sum("could not cancel job 100" in line for line in lines) == 2
     assert [h.outcome for h in final.history] == ["TIMEOUT", "COMPLETED"]
@@ -439,30 +486,251 @@ def test_a_quick_failure_after_a_long_run_is_restarted(
     assert [h.quick for h in final.history] == [True, False, True, False]
 
 
-def test_a_failed_resubmission_counts_as_a_restart_and_is_tried_again(
+def job_log_dir(base: Path, job_id: str, events: list[tuple[float, str, str]], **files: str) -> None:
+    """A job's LOG_DIR with these timeline events (time, phase, detail) and files (name: content)."""
+    logs = protocol.LogDir.of(base, job_id)
+    logs.path.mkdir()
+    text = "".join(protocol.TimelineEvent(t, phase, "node1", detail).line() for t, phase, detail in events)
+    logs.file(protocol.TIMELINE).write_text(text)
+    for name, content in files.items():
+        logs.file(name).write_text(content)
+
+
+def test_a_driver_that_fails_at_once_after_in_allocation_restarts_is_quick(
+    script: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # --driver-restarts 2: three runs of a driver that dies with NameError at once, 200 s of backoffs
+    # between them. Measured from the job's first driver start the job took 200 s; its last run, 2 s.
+    fake = FakeSlurm(monkeypatch, clock, [[RUNNING, ended("FAILED", 1)]] * 4)
+
+    def name_error(job_id: str) -> None:
+        t = clock.now + 10
+        job_log_dir(
+            script.parent,
+            job_id,
+            [
+                (t, protocol.PHASE_DRIVER_START, ""),
+                (t + 62, protocol.PHASE_DRIVER_RESTART, "run 1 after exit status 1"),
+                (t + 184, protocol.PHASE_DRIVER_RESTART, "run 2 after exit status 1"),
+                (t + 186, protocol.PHASE_DRIVER_END, "1"),
+            ],
+            **{
+                protocol.DRIVER_LOG: "Traceback (most recent call last):\n",
+                protocol.driver_log_name(1): "Traceback (most recent call last):\n",
+                protocol.driver_log_name(2): LAST_RUN,
+            },
+        )
+
+    fake.on_submit = name_error
+    final = watch(script, clock)
+    assert len(fake.submitted) == 2, "submitted at most twice"
+    assert [h.quick for h in final.history] == [True, True]
+    assert "it will fail again" in (final.stopped or "")
+    assert "NameError: name 'modle' is not defined" in (final.stopped or ""), final.stopped
+
+
+def test_an_early_driver_that_fails_before_the_cluster_is_whole_is_a_quick_driver_fault(
+    script: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The default render starts a python driver as the head gets ready; one that dies at import ends the
+    # job before the cluster is whole: driver_end, and no driver_start, on the timeline.
+    fake = FakeSlurm(monkeypatch, clock, [[RUNNING, ended("FAILED", 1)]] * 4)
+
+    def name_error(job_id: str) -> None:
+        t = clock.now + 10
+        job_log_dir(
+            script.parent,
+            job_id,
+            [(t, protocol.PHASE_HEAD_READY, "198.18.0.11:6379"), (t + 2, protocol.PHASE_DRIVER_END, "1")],
+            **{protocol.DRIVER_LOG: LAST_RUN},
+        )
+
+    fake.on_submit = name_error
+    final = watch(script, clock, Rules(max_restarts=10))
+    assert len(fake.submitted) == 2, "submitted at most twice"
+    assert [(h.fault, h.quick) for h in final.history] == [(watching.FAULT_DRIVER, True)] * 2
+    assert "NameError: name 'modle' is not defined" in (final.stopped or ""), final.stopped
+
+
+LAST_RUN = (
+    "Traceback (most recent call last):\n"
+    '  File "/home/me/train.py", line 3, in <module>\n'
+    "    modle.fit()\n"
+    "NameError: name 'modle' is not defined\n"
+)
+
+
+def test_jobs_whose_cluster_never_came_up_are_counted_apart_and_three_in_a_row_stop(
+    script: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = FakeSlurm(monkeypatch, clock, [[RUNNING, ended("FAILED", 1)]] * 5)
+    why = "head on node1: Ray did not start after 3 attempts; see ray-head.log"
+    fake.on_submit = lambda job_id: job_log_dir(
+        script.parent, job_id, [(clock.now + 5, protocol.PHASE_ENDED, why)], **{protocol.ENDED: why + "\n"}
+    )
+    final = watch(script, clock, Rules(max_restarts=10))
+    assert len(fake.submitted) == 3
+    assert [(h.fault, h.quick) for h in final.history] == [(watching.FAULT_BRING_UP, False)] * 3
+    assert "3 jobs in a row that never started their driver" in (final.stopped or "")
+    assert f"the last job's ENDED: {why}" in (final.stopped or ""), final.stopped
+
+
+@pytest.mark.parametrize("finished", [False, True])
+def test_a_driver_that_exits_0_after_the_warning_signal_is_interrupted_unless_it_said_finished(
+    script: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch, finished: bool
+) -> None:
+    fake = FakeSlurm(monkeypatch, clock, [[RUNNING, COMPLETED], [COMPLETED]])
+    files = {protocol.SIGNAL_DELIVERED: "USR1\n", **({protocol.DRIVER_FINISHED: ""} if finished else {})}
+    fake.on_submit = lambda job_id: (
+        job_log_dir(script.parent, job_id, [(clock.now + 5, protocol.PHASE_DRIVER_START, "")], **files)
+        if job_id == "100"
+        else None
+    )
+    final = watch(script, clock)
+    assert final.succeeded
+    if finished:
+        assert [h.outcome for h in final.history] == ["COMPLETED"]
+    else:
+        assert [h.outcome for h in final.history] == [watching.INTERRUPTED, "COMPLETED"]
+        assert final.restarts == 1
+
+
+def test_a_node_the_job_names_as_failed_is_left_out_of_the_next_jobs(
+    script: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    script.write_text("#!/bin/bash\n#SBATCH --nodes=3\n#SBATCH --exclude=node9\nset -e\n#SBATCH -x ignored\n")
+    fake = FakeSlurm(monkeypatch, clock, [[RUNNING, ended("FAILED", 1)]] * 3 + [[COMPLETED]])
+    failed = iter(["node3", "node3", "node4"])
+    fake.on_submit = lambda job_id: (
+        job_log_dir(
+            script.parent,
+            job_id,
+            [
+                (clock.now + 5, protocol.PHASE_DRIVER_START, ""),
+                (clock.now + 900, protocol.PHASE_NODE_FAILED, f"{node}: Ray exited with status 1"),
+            ],
+        )
+        if (node := next(failed, None))
+        else None
+    )
+    lines: list[str] = []
+    final = watch(script, clock, Rules(max_excluded=1), lines=lines)
+    assert final.succeeded and final.excluded == ["node3"]
+    excludes = [[o for o in options if o.startswith("--exclude")] for options in fake.options]
+    # The script's own exclusion is kept: sbatch's --exclude would replace it.
+    assert excludes == [["--exclude=node9"]] + [["--exclude=node9,node3"]] * 3
+    assert [h.failed_nodes for h in final.history] == [["node3"], ["node3"], ["node4"], []]
+    assert any("not leaving out node4: --max-excluded 1" in line for line in lines)
+    assert any("leaving out node3" in line for line in lines if "submitted" in line)
+
+
+def test_an_sbatch_that_timed_out_after_queueing_the_job_leaves_one_job_watched(
+    script: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = FakeSlurm(monkeypatch, clock, [[RUNNING, COMPLETED]])
+    real_submit = fake.submit
+
+    def queued_then_hung(*args: object, **kwargs: object) -> str:
+        real_submit(*args, **kwargs)  # type: ignore[arg-type]
+        raise slurm.SlurmError("sbatch: no answer in 30 s (timed out)")
+
+    monkeypatch.setattr(slurm, "submit", queued_then_hung)
+    lines: list[str] = []
+    final = watch(script, clock, lines=lines)
+    assert final.succeeded and [h.job_id for h in final.history] == ["100"]
+    assert len(fake.submitted) == 1 and final.restarts == 0
+    assert any("job 100 carries this submission's comment raysub-watch-" in line for line in lines)
+
+
+def test_a_watcher_stopped_while_sbatch_hangs_leaves_its_successor_the_job(
+    script: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = FakeSlurm(monkeypatch, clock, [[RUNNING, COMPLETED]])
+    real_submit = fake.submit
+
+    def queued_then_stopped(*args: object, **kwargs: object) -> str:
+        real_submit(*args, **kwargs)  # type: ignore[arg-type]
+        raise Interrupt  # the user's Ctrl-C, or a login session closed, while sbatch had not answered
+
+    monkeypatch.setattr(slurm, "submit", queued_then_stopped)
+    with pytest.raises(Interrupt):
+        watch(script, clock)
+    monkeypatch.setattr(slurm, "submit", real_submit)
+    final = watch(script, clock)
+    assert final.succeeded and [h.job_id for h in final.history] == ["100"]
+    assert len(fake.submitted) == 1, "the job the first sbatch queued was adopted, not submitted again"
+
+
+def test_a_comment_found_only_on_the_next_try_is_adopted_then(
+    script: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The controller queued the job after sbatch gave up, and after watch first asked.
+    fake = FakeSlurm(monkeypatch, clock, [[COMPLETED]])
+    comments: list[str] = []
+
+    def slow(script: Path, cwd: Path, export: object, options: Sequence[str], timeout: float) -> str:
+        comments.append(options[0])
+        raise slurm.SlurmError(
+            "sbatch: error: Batch job submission failed: Socket timed out on send/recv operation"
+        )
+
+    def asked(comment: str) -> str | None:
+        if len(comments) == 1 and clock.now > START:
+            return "77"
+        return None
+
+    monkeypatch.setattr(slurm, "submit", slow)
+    monkeypatch.setattr(slurm, "job_with_comment", asked)
+    fake.answers["77"] = [COMPLETED]
+    final = watch(script, clock)
+    assert final.succeeded and [h.job_id for h in final.history] == ["77"] and len(comments) == 1
+
+
+def test_a_failed_resubmission_uses_up_no_restart_and_is_tried_again(
     script: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fake = FakeSlurm(monkeypatch, clock, [[ended("NODE_FAIL")], [COMPLETED]])
     real_submit = fake.submit
     refusals = iter([slurm.SlurmError("sbatch: error: Slurm temporarily unable to accept job")])
 
-    def flaky(script: Path, cwd: Path, export: dict[str, str] | None = None) -> str:
+    def flaky(script: Path, cwd: Path, *args: object, **kwargs: object) -> str:
         if len(fake.submitted) == 1 and (refusal := next(refusals, None)) is not None:
             raise refusal
-        return real_submit(script, cwd, export)
+        return real_submit(script, cwd, *args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(slurm, "submit", flaky)
     lines: list[str] = []
-    final = watch(script, clock, lines=lines)
-    assert final.succeeded and final.restarts == 2
-    assert any("restart 1: sbatch: error: Slurm temporarily unable" in line for line in lines)
-    assert [s for s in clock.sleeps if s != INTERVAL] == [10, 20]
+    final = watch(script, clock, Rules(max_restarts=1), lines=lines)
+    assert final.succeeded and final.restarts == 1
+    assert any("could not submit" in line and "Slurm temporarily unable" in line for line in lines)
+    assert [s for s in clock.sleeps if s != INTERVAL] == [10, 10]  # the restart's backoff, the retry's
+
+
+def test_submissions_that_keep_failing_end_the_run_after_submit_retry_for(
+    script: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = FakeSlurm(monkeypatch, clock, [[ended("NODE_FAIL")]])
+    tries: list[float] = []
+
+    def first_then_down(script: Path, cwd: Path, *args: object, **kwargs: object) -> str:
+        if not fake.submitted:
+            return fake.submit(script, cwd, *args, **kwargs)  # type: ignore[arg-type]
+        tries.append(clock.now)
+        raise slurm.SlurmError(
+            "sbatch: error: Batch job submission failed: Unable to contact slurm controller"
+        )
+
+    monkeypatch.setattr(slurm, "submit", first_then_down)
+    final = watch(script, clock, Rules(max_restarts=1, submit_retry_for=600))
+    assert not final.succeeded and final.restarts == 0
+    assert "(--submit-retry-for)" in (final.stopped or "")
+    assert tries[-1] - tries[0] >= 600 and len(tries) > 3
 
 
 def test_a_first_submission_that_fails_is_an_error(
     script: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def refuse(script: Path, cwd: Path, export: dict[str, str] | None = None) -> str:
+    def refuse(*args: object) -> str:
         raise slurm.SlurmError("sbatch: error: invalid partition specified: gpu")
 
     monkeypatch.setattr(slurm, "submit", refuse)
@@ -492,15 +760,17 @@ def test_the_state_file_round_trips(script: Path) -> None:
         next_action_at=START + 60,
         unknown_since=START,
         watcher="12@login1",
+        excluded=["node7"],
         history=[
-            Attempt("100", START - 900, None, START - 850, START - 100, "TIMEOUT", 0, False),
+            Attempt("100", START - 900, None, START - 850, START - 100, "TIMEOUT", 0, False, None, ["node7"]),
             Attempt("101", START - 30, "/ckpt/step-9"),
         ],
     )
     text = state.to_json()
     assert WatchState.from_json(text) == state
     data = json.loads(text)
-    assert (data["version"], data["job_id"], data["next_action"]) == (1, "101", "poll")
+    assert (data["version"], data["job_id"], data["next_action"]) == (2, "101", "poll")
+    assert data["excluded"] == ["node7"]
     assert data["history"][0] == {
         "job_id": "100",
         "submitted_at": START - 900,
@@ -510,13 +780,28 @@ def test_the_state_file_round_trips(script: Path) -> None:
         "outcome": "TIMEOUT",
         "exit_code": 0,
         "quick": False,
+        "fault": None,
+        "failed_nodes": ["node7"],
     }
+
+
+def test_a_version_1_state_file_still_loads(script: Path) -> None:
+    old = {
+        "version": 1,
+        "script": str(script),
+        "workdir": str(script.parent),
+        "job_id": "100",
+        "next_action": "poll",
+        "history": [{"job_id": "100", "submitted_at": START, "resume_from": None, "quick": False}],
+    }
+    state = WatchState.from_json(json.dumps(old))
+    assert state.excluded == [] and state.history[0].failed_nodes == [] and state.current is not None
 
 
 NOT_STATES = [
     "",
     "[]",
-    '{"version": 2}',
+    '{"version": 3}',
     '{"version": 1, "script": "x"}',
     '{"version": 1, "script": "x", "workdir": "y", "next_action": "dance"}',
     '{"version": 1, "script": "x", "workdir": "y", "history": [{"job": 1}]}',
@@ -568,9 +853,9 @@ def test_a_watcher_resumes_a_backoff_where_it_was(
     state.history.append(Attempt("90", START - 600, outcome="TIMEOUT"))
     files_of(script).state.write_text(state.to_json())
     fake = FakeSlurm(monkeypatch, clock, [[COMPLETED]])
-    final = watch(script, clock, latest=lambda: Path("/ckpt/7"))
+    final = watch(script, clock, checkpoints=Checkpoints(script.parent))
     assert clock.sleeps[0] == 25
-    assert fake.submitted[0][2] == {protocol.RESUME_FROM: "/ckpt/7"}
+    assert fake.submitted[0][2] == {protocol.CHECKPOINT_DIR_ENV: str(script.parent)}
     assert final.succeeded and final.restarts == 2
 
 
@@ -641,14 +926,39 @@ def test_checkpoint_dir_asks_raysub_node_checkpoints(tmp_path: Path, monkeypatch
     module = types.ModuleType("raysub.node.checkpoints")
     module.latest_checkpoint = latest_checkpoint  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "raysub.node.checkpoints", module)
-    latest = watching.latest_in(tmp_path)
-    assert latest() is None
-    assert latest() == Path("step-40").absolute()
+    checkpoints = Checkpoints(tmp_path)
+    assert checkpoints.latest() is None
+    assert checkpoints.latest() == Path("step-40").absolute()
     assert asked == [tmp_path, tmp_path]
 
 
+def test_a_checkpoint_dir_is_checked_before_the_run(tmp_path: Path) -> None:
+    missing = tmp_path / "typo"
+    with pytest.raises(WatchError, match=r"typo does not exist on .*--create-checkpoint-dir"):
+        Checkpoints.checked(missing, None, create=False)
+    assert not missing.exists()
+    made = Checkpoints.checked(missing, "DONE", create=True)
+    assert missing.is_dir() and made == Checkpoints(missing, "DONE")
+    (tmp_path / "file").write_text("")
+    with pytest.raises(WatchError, match="is not a directory"):
+        Checkpoints.checked(tmp_path / "file", None, create=True)
+    # A file system only the compute nodes mount: it cannot be made here, so each job's head makes it.
+    unmounted = Path("/proc/self/fdinfo/scratch/ckpt")  # nothing can be made under it, even by root
+    later = Checkpoints.checked(unmounted, None, create=True)
+    assert later.create and later.env() == {
+        protocol.CHECKPOINT_DIR_ENV: str(unmounted),
+        protocol.CREATE_CHECKPOINT_DIR_ENV: "1",
+    }
+    assert protocol.CREATE_CHECKPOINT_DIR_ENV not in made.env()
+    for run in ("a", "b"):  # two runs side by side: which is newest cannot be told
+        (tmp_path / "two" / run / "checkpoint-5").mkdir(parents=True)
+        (tmp_path / "two" / run / "checkpoint-5" / "trainer_state.json").write_text("{}")
+    with pytest.raises(WatchError, match="run's own directory"):
+        Checkpoints.checked(tmp_path / "two", None, create=False)
+
+
 def test_the_default_stall_check_never_says_stalled(tmp_path: Path) -> None:
-    assert watching.never_stalled(Job("1", 0, protocol.LogDir(tmp_path))) is False
+    assert watching.never_stalled(Job("1", 0, protocol.LogDir(tmp_path))) is None
 
 
 def test_a_jobs_log_dir_is_found_under_the_base_or_through_the_job_index(
