@@ -55,7 +55,7 @@ def test_the_worker_script_waits_worker_head_wait_seconds_for_the_head() -> None
     script = render(spec(head_timeout=45, head_retries=1, worker_retries=4))
     wait = f'wait_for_file "${{LOG_DIR}}/{protocol.STARTED_RAY_HEAD}" $((SECONDS + 150)) || status=$?\n'
     assert wait in script
-    assert 'die "Ray did not stay up after 5 attempts"\n' in script
+    assert 'worker_failed "Ray did not stay up after 5 attempts"\n' in script
     assert 'die "Ray did not start after 2 attempts; see ' in script
 
 
