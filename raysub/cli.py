@@ -16,7 +16,7 @@ from raysub import __version__
 from raysub import plan as planning
 from raysub.node import smoke as smoke_test
 from raysub.profiles import ProfileError, load_profile
-from raysub.protocol import AuthMode, PreflightMode, UntrustedFile
+from raysub.protocol import AuthMode, PreflightMode, UntrustedFile, smoke_report
 from raysub.resume import checkpoint_dir_problem
 from raysub.spec import JobSpec, Ports, Sandbox, SandboxNodes, SpecError, spec_from_options
 
@@ -605,16 +605,16 @@ def monitor(
     """
     import time
 
-    from raysub import metrics
+    from raysub.monitor import NoReadings, follow_readings, table
 
     found = find_job(job, base, attempt)
     try:
-        for reading in metrics.follow(found, live, interval, once=not follow):
+        for reading in follow_readings(found, live, interval, once=not follow):
             if follow:
                 click.clear()
             click.echo(f"job {found.job_id}, {time.strftime('%H:%M:%S', time.localtime(reading.when))}")
-            click.echo(metrics.table(reading.nodes, reading.failed))
-    except metrics.NoReadings as error:
+            click.echo(table(reading.nodes, reading.failed))
+    except NoReadings as error:
         raise click.UsageError(str(error)) from error
 
 
@@ -638,7 +638,7 @@ def report(job: str | None, base: Path | None, attempt: int | None, output: Path
     Example:
       raysub report 4711 -o report.html
     """
-    from raysub.metrics import NoReadings, power_caps, snapshots
+    from raysub.monitor import NoReadings, power_caps, snapshots
     from raysub.report import render_report
 
     found = find_job(job, base, attempt)
@@ -861,9 +861,9 @@ def smoke(
     )
     report = smoke_test.smoke(options)
     click.echo(smoke_test.table(report))
-    path = output or smoke_test.report_path(None)
+    path = output or smoke_report.report_path(None)
     if path is not None:
-        smoke_test.write_report(path, report)
+        smoke_report.write_report(path, report)
     if not report.ok:
         click.echo(f"raysub: smoke test failed: {report.reason}", err=True)
         sys.exit(1)

@@ -1,226 +1,120 @@
-"""GPU, CPU and memory of every Ray node, for trainers: ``RayGpuMonitor`` inside a Ray driver, ``flush()``
-into wandb or tensorboard (docs/monitor.md). The job's own monitor sidecar (raysub/node/sidecar.py) uses it
-too, so this module is shipped to the nodes with it and keeps to the same rules (raysub/node/__init__.py).
+"""A job's readings for raysub monitor and report: from its metrics.jsonl or, live, from its nodes; and
+shown as a table. A trainer's own monitor is here too: RayGpuMonitor and tokens_per_second_per_gpu
+(docs/monitor.md).
 """
 
-from __future__ import annotations
-
-import math
-import sys
-import threading
 import time
-import urllib.request
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-from raysub.node import gcs
-from raysub.node.readings import NodeMetrics, parse_node_metrics
+from raysub import protocol
+from raysub.jobs import Job
+from raysub.protocol.metrics_log import Snapshot, read_snapshots
+from raysub.protocol.preflight_log import read_checks
+from raysub.protocol.ray_metrics import RayGpuMonitor, tokens_per_second_per_gpu
+from raysub.protocol.readings import NodeMetrics
+from raysub.status import JobWatch
+
+__all__ = [
+    "NoReadings",
+    "RayGpuMonitor",
+    "Reading",
+    "follow_readings",
+    "latest",
+    "power_caps",
+    "snapshots",
+    "table",
+    "tokens_per_second_per_gpu",
+]
 
 
-def tokens_per_second_per_gpu(tokens: float, seconds: float, num_gpus: int) -> float:
-    """Throughput per GPU; 0.0 when there is no time, no GPU or no finite count to divide."""
-    if seconds <= 0 or num_gpus <= 0 or not math.isfinite(tokens) or not math.isfinite(seconds):
-        return 0.0
-    return tokens / seconds / num_gpus
+class NoReadings(Exception):
+    """The job has no metrics.jsonl, or nothing in it yet."""
 
 
-def ray_endpoints() -> dict[str, str]:
-    """Every alive node's metrics URL, keyed by its node name (Ray's default: its IP), from ``ray.nodes()``.
+@dataclass(frozen=True)
+class Reading:
+    """Every node's reading at one time, and the nodes that did not answer."""
 
-    Needs a connected Ray driver (``ray.init()``)."""
-    import ray
+    when: float  # epoch seconds
+    nodes: dict[str, NodeMetrics]
+    failed: list[str]
 
-    return {
-        node.get("NodeName") or node["NodeManagerAddress"]: gcs.metrics_url(
-            node["NodeManagerAddress"], node["MetricsExportPort"]
+
+def snapshots(job: Job) -> list[Snapshot]:
+    """Everything the job's monitor recorded."""
+    if not job.logs.metrics.exists():
+        raise NoReadings(
+            f"job {job.job_id} has no {job.logs.metrics} (yet): was it rendered with --no-monitor?"
         )
-        for node in ray.nodes()  # type: ignore[no-untyped-call]
-        if node.get("Alive") and node.get("MetricsExportPort")
-    }
+    return read_snapshots(job.logs.metrics)
 
 
-def gcs_endpoints(address: str) -> Callable[[], dict[str, str]]:
-    """Like ray_endpoints, straight from the GCS at ``address`` (no driver): what the sidecar uses."""
-    client = gcs.connect(address)
-    return lambda: gcs.endpoints(client)
+def power_caps(job: Job) -> dict[tuple[str, str], float]:
+    """Each GPU's power cap in W, by (node, GPU index), as the GPU preflight check's nvidia-smi saw it."""
+    caps = {}
+    for check in read_checks(job.logs.file(protocol.PREFLIGHT)):
+        for gpu in check.gpus:
+            if gpu.power_limit_w is not None:
+                caps[check.node, str(gpu.index)] = gpu.power_limit_w
+    return caps
 
 
-@dataclass
-class _Stat:
-    """Running min/mean/max of one reading, over the run and since the last flush."""
-
-    count: int = 0
-    total: float = 0.0
-    low: float = math.inf
-    high: float = -math.inf
-    flush_count: int = 0
-    flush_total: float = 0.0
-
-    def add(self, value: float) -> None:
-        self.count += 1
-        self.total += value
-        self.low = min(self.low, value)
-        self.high = max(self.high, value)
-        self.flush_count += 1
-        self.flush_total += value
-
-    def summary(self) -> dict[str, float]:
-        return {"min": self.low, "mean": self.total / self.count, "max": self.high}
+def latest(job: Job, live: bool) -> Reading:
+    """The job's last snapshot or (``live``) a scrape now of the endpoints that snapshot names."""
+    recorded = snapshots(job)
+    if not recorded:
+        raise NoReadings(f"{job.logs.metrics} has no snapshot yet")
+    last = recorded[-1]
+    if not live:
+        return Reading(last.t, last.nodes, last.failed)
+    scraper = RayGpuMonitor(endpoints=last.urls.copy)
+    try:
+        return Reading(time.time(), scraper.collect_once(), scraper.failed)
+    finally:
+        scraper.stop()
 
 
-Summary = dict[str, dict[str, dict[str, float]]]
+def follow_readings(job: Job, live: bool, interval: float, once: bool = False) -> Iterator[Reading]:
+    """The latest reading now and every ``interval`` seconds until the job is over; only one if ``once``."""
+    watcher = JobWatch(job)
+    while True:
+        yield latest(job, live)
+        if once or watcher.over():
+            return
+        time.sleep(interval)
 
 
-def _record(stats: dict[tuple[str, str], _Stat], nodes: Mapping[str, NodeMetrics]) -> None:
-    for subject, quantity, value in readings(nodes):
-        stats.setdefault((subject, quantity), _Stat()).add(value)
+def _number(value: float | None, digits: int = 1) -> str:
+    return "?" if value is None else f"{value:.{digits}f}"
 
 
-def _summary(stats: Mapping[tuple[str, str], _Stat]) -> Summary:
-    out: Summary = {}
-    for (subject, quantity), stat in sorted(stats.items()):
-        out.setdefault(subject, {})[quantity] = stat.summary()
-    return out
+def _pair(used: float | None, total: float | None) -> str:
+    return f"{_number(used)}/{_number(total)}"
 
 
-def summarize(cycles: Iterable[Mapping[str, NodeMetrics]]) -> Summary:
-    """min/mean/max of every reading over ``cycles``, as RayGpuMonitor.summary() gives them."""
-    stats: dict[tuple[str, str], _Stat] = {}
-    for nodes in cycles:
-        _record(stats, nodes)
-    return _summary(stats)
-
-
-def readings(nodes: Mapping[str, NodeMetrics]) -> Iterator[tuple[str, str, float]]:
-    """(subject, quantity, value) for every known reading: subjects are ``node`` and ``node/gpuN``."""
-    for name, node in nodes.items():
-        for quantity in ("cpu_util_pct", "ram_used_gib"):
-            value = getattr(node, quantity)
-            if value is not None:
-                yield name, quantity, value
+def table(nodes: Mapping[str, NodeMetrics], failed: list[str] | None = None) -> str:
+    """One row per node and one per GPU under it; '?' is a reading Ray did not give."""
+    rows = [("NODE", "GPU", "NAME", "UTIL %", "MEM GiB", "CPU %", "RAM GiB")]
+    for name, node in sorted(nodes.items()):
+        rows.append(
+            (
+                name,
+                "",
+                node.ip or "",
+                "",
+                "",
+                _number(node.cpu_util_pct),
+                _pair(node.ram_used_gib, node.ram_total_gib),
+            )
+        )
         for gpu in node.gpus:
-            for quantity in ("util_pct", "mem_used_gib", "temperature_c", "power_w"):
-                value = getattr(gpu, quantity)
-                if value is not None:
-                    yield f"{name}/gpu{gpu.index}", quantity, value
-
-
-class RayGpuMonitor:
-    """Scrapes every Ray node's metrics endpoint every ``interval`` seconds in a daemon thread.
-
-    Nodes are found through ``endpoints`` (default: ``ray.nodes()``, so call ``ray.init()`` first) at
-    the start and every ``rediscover`` seconds, so nodes that join later appear; they are keyed by node
-    name or IP, never by position. Nodes are scraped concurrently, each with ``timeout``; a node that
-    fails or serves malformed text is skipped and counted in ``failures``. Use as a context manager, or
-    ``start()`` and ``stop()``.
-
-    Example:
-        with RayGpuMonitor(interval=10) as monitor:
-            for step in range(steps):
-                train_step()
-                wandb.log(monitor.flush(), step=step)
-    """
-
-    def __init__(
-        self,
-        interval: float = 5.0,
-        timeout: float = 3.0,
-        endpoints: Callable[[], Mapping[str, str]] | None = None,
-        rediscover: float = 30.0,
-    ) -> None:
-        self.interval = interval
-        self.timeout = timeout
-        self.rediscover = rediscover
-        self.failures = 0
-        self.latest: dict[str, NodeMetrics] = {}
-        self.failed: list[str] = []
-        self._endpoints_source = endpoints or ray_endpoints
-        self._endpoints: dict[str, str] = {}
-        self._discovered_at = -math.inf
-        self._stats: dict[tuple[str, str], _Stat] = {}
-        self._flush_failures = 0
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="raysub-monitor-scrape")
-
-    @property
-    def endpoints(self) -> dict[str, str]:
-        return dict(self._endpoints)
-
-    def _scrape(self, url: str) -> NodeMetrics:
-        with urllib.request.urlopen(url, timeout=self.timeout) as response:  # noqa: S310 (http:// built by gcs.metrics_url)
-            return parse_node_metrics(response.read().decode("utf-8", errors="replace"))
-
-    def collect_once(self) -> dict[str, NodeMetrics]:
-        """One cycle: (re)discover when due, scrape every node, record and return the readings."""
-        now = time.monotonic()
-        if now - self._discovered_at >= self.rediscover or not self._endpoints:
-            try:
-                self._endpoints = dict(self._endpoints_source())
-                self._discovered_at = now
-            except Exception as error:  # a busy GCS must not end the monitor; keep the last list
-                print(f"raysub monitor: cannot list Ray's nodes: {error}", file=sys.stderr)
-        futures = {name: self._pool.submit(self._scrape, url) for name, url in self._endpoints.items()}
-        nodes: dict[str, NodeMetrics] = {}
-        failed = []
-        for name, future in futures.items():
-            try:
-                nodes[name] = future.result()
-            except Exception:  # unreachable, timed out or malformed: skip it this cycle, count it
-                failed.append(name)
-        with self._lock:
-            self.latest, self.failed = nodes, failed
-            self.failures += len(failed)
-            self._flush_failures += len(failed)
-            _record(self._stats, nodes)
-        return nodes
-
-    def flush(self) -> dict[str, float]:
-        """Means since the last flush, as flat ``ray/...`` keys (docs/monitor.md has the scheme)."""
-        out: dict[str, float] = {}
-        cluster: dict[str, list[float]] = {}
-        with self._lock:
-            for (subject, quantity), stat in sorted(self._stats.items()):
-                if not stat.flush_count:
-                    continue
-                mean = stat.flush_total / stat.flush_count
-                out[f"ray/{subject}/{quantity}"] = mean
-                scope = "gpu_" if "/gpu" in subject else ""
-                cluster.setdefault(f"ray/cluster/{scope}{quantity}", []).append(mean)
-                stat.flush_count, stat.flush_total = 0, 0.0
-            out["ray/cluster/nodes"] = float(len(self.latest))
-            out["ray/cluster/failed_scrapes"] = float(self._flush_failures)
-            self._flush_failures = 0
-        out.update({key: sum(values) / len(values) for key, values in cluster.items()})
-        return out
-
-    def summary(self) -> Summary:
-        """min/mean/max over the whole run: ``{"node1/gpu0": {"util_pct": {"min":…, "mean":…, "max":…}}}``."""
-        with self._lock:
-            return _summary(self._stats)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.collect_once()
-            self._stop.wait(self.interval)
-
-    def start(self) -> RayGpuMonitor:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="raysub-monitor", daemon=True)
-            self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        """Returns at once when the collector sleeps; a scrape in flight finishes on its own."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=0.2)
-        self._pool.shutdown(wait=False, cancel_futures=True)
-
-    def __enter__(self) -> RayGpuMonitor:
-        return self.start()
-
-    def __exit__(self, *_: object) -> None:
-        self.stop()
+            memory = _pair(gpu.mem_used_gib, gpu.mem_total_gib)
+            rows.append(("", gpu.index, gpu.name or "", _number(gpu.util_pct), memory, "", ""))
+    for name in sorted(failed or []):
+        rows.append((name, "", "(no answer)", "", "", "", ""))
+    widths = [max(len(row[k]) for row in rows) for k in range(len(rows[0]))]
+    lines = [
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows
+    ]
+    return "\n".join(lines)

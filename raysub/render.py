@@ -9,7 +9,7 @@ from pathlib import Path
 import jinja2
 
 from raysub import __version__, protocol, slurm
-from raysub.node import preflight
+from raysub.protocol import preflight_log
 from raysub.spec import MAX_SOCKET_PATH, RAY_SOCKET_SUFFIX, JobSpec
 
 # The batch script and the scripts it writes into LOG_DIR, in the order they are written.
@@ -103,11 +103,11 @@ class EmbeddedScript:
 
 
 def node_library() -> list[tuple[str, Path]]:
-    """The modules the node programs need (raysub/node/__init__.py says which and why), each with the
+    """The node programs and what they import (raysub/node/__init__.py says which and why), each with the
     path the batch script writes it to under LOG_DIR; and the early driver's gate, as sitecustomize."""
     package = Path(__file__).resolve().parent
-    modules = [package / "__init__.py", package / "protocol.py", package / "monitor.py"]
     gate = package / "node" / "driver_gate.py"
+    modules = [package / "__init__.py", *sorted((package / "protocol").glob("*.py"))]
     modules += sorted(set((package / "node").glob("*.py")) - {gate})
     shipped = [(f"{protocol.NODE_PYTHON_DIR}/raysub/{m.relative_to(package)}", m) for m in modules]
     return [*shipped, (f"{protocol.NODE_PYTHON_DIR}/{protocol.DRIVER_GATE_DIR}/sitecustomize.py", gate)]
@@ -134,7 +134,7 @@ def render(spec: JobSpec) -> str:
         "socket_suffix": RAY_SOCKET_SUFFIX,
         "max_socket_path": MAX_SOCKET_PATH,
         "attach_options": [*slurm.ATTACH_OPTIONS],
-        "preflight_failed": preflight.GATE_FAILED,
+        "preflight_failed": preflight_log.GATE_FAILED,
         "attach_shell": [*slurm.ATTACH_SHELL],
         "srun_args": [f"--cpus-per-task={spec.cpus_per_task}"] if spec.cpus_per_task else [],
         "worker_log_pattern": protocol.worker_log_pattern(spec.workers),

@@ -10,9 +10,9 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from raysub.monitor import summarize
-from raysub.node.metrics_log import Snapshot
-from raysub.node.readings import NodeMetrics
+from raysub.protocol.metrics_log import Snapshot
+from raysub.protocol.ray_metrics import summarize
+from raysub.protocol.readings import NodeMetrics
 
 # Nothing may be fetched; only the inline styles apply.
 CSP = "default-src 'none'; style-src 'unsafe-inline'"

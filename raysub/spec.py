@@ -8,6 +8,7 @@ from typing import Any, Literal, cast, get_args
 from raysub.errors import OptionError
 from raysub.plan import SIZES, Plan, PlanError, plan
 from raysub.protocol import AuthMode, PreflightMode, UnitKind, file_mode_for_logs
+from raysub.protocol.preflight_log import DEFAULT_MIN_FREE_MIB
 
 # AF_UNIX socket paths longer than this are refused by the kernel.
 MAX_SOCKET_PATH = 107
@@ -236,7 +237,7 @@ class JobSpec:
     checkpoint_marker: str | None = None
     create_checkpoint_dir: bool = False
     preflight: PreflightMode = "warn"
-    min_free_gpu_mem: int = 1024  # MiB
+    min_free_gpu_mem: int = DEFAULT_MIN_FREE_MIB  # MiB
     wait_gpus: int = 0  # seconds
     # The parallel sizes ``nodes`` was computed from (render --tp ... in place of --nodes), else None.
     plan: Plan | None = None

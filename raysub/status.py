@@ -8,7 +8,7 @@ from enum import StrEnum
 
 from raysub import protocol, slurm
 from raysub.jobs import Job
-from raysub.node.preflight import read_checks
+from raysub.protocol.preflight_log import read_checks
 from raysub.slurm import SlurmState
 
 # Slurm states after which nothing of the job runs any more.

@@ -352,8 +352,8 @@ class Checkpoints:
         return {protocol.CHECKPOINT_DIR_ENV: str(self.directory), **marker, **create}
 
     def latest(self) -> Path | None:
-        """The newest complete checkpoint now, by raysub.node.checkpoints (imported when first asked)."""
-        checkpoints = importlib.import_module("raysub.node.checkpoints")
+        """The newest complete checkpoint now, by raysub.protocol.checkpoints (imported when first asked)."""
+        checkpoints = importlib.import_module("raysub.protocol.checkpoints")
         found = checkpoints.latest_checkpoint(self.directory, self.marker)
         return None if found is None else Path(found.path).absolute()
 

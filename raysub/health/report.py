@@ -18,8 +18,8 @@ from raysub.health.nccl import transport_findings, transports_by_node
 from raysub.health.progress import Progress
 from raysub.health.stall import DriverTail, median_step_time
 from raysub.jobs import Job
-from raysub.node.checkpoints import AmbiguousCheckpoints, latest_checkpoint
-from raysub.node.metrics_log import Snapshot, read_snapshots
+from raysub.protocol.checkpoints import AmbiguousCheckpoints, latest_checkpoint
+from raysub.protocol.metrics_log import Snapshot, read_snapshots
 from raysub.slurm import SlurmState
 
 

@@ -43,7 +43,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from raysub.node import preflight
-from raysub.node.smoke import Node, alive_nodes, gcs_answers, one_line
+from raysub.node.smoke import alive_nodes, gcs_answers
+from raysub.protocol.preflight_log import Process
+from raysub.protocol.smoke_report import Node, one_line
 
 FAILED = 1
 TIMEOUT_S = 60.0
@@ -179,11 +181,9 @@ def alive_workers(workers: Iterable[Worker], keys: set[NodePid]) -> dict[str, li
     return {node: sorted(pids) for node, pids in found.items()}
 
 
-def gpu_holders(
-    answers: Mapping[str, NodeAnswer | None], keys: set[NodePid]
-) -> dict[str, list[preflight.Process]]:
+def gpu_holders(answers: Mapping[str, NodeAnswer | None], keys: set[NodePid]) -> dict[str, list[Process]]:
     """The GPU compute processes that are those jobs' workers, by node."""
-    held: dict[str, list[preflight.Process]] = {}
+    held: dict[str, list[Process]] = {}
     for node_id, answer in answers.items():
         if answer is None or answer.gpu is None or answer.gpu.failure() is not None:
             continue
@@ -252,7 +252,7 @@ class Cleanup:
         self.names = {node.node_id: node.name for node in cluster.nodes()}
         self.keys: set[NodePid] = set()
         self.killed: dict[str, set[int]] = {}
-        self.on_gpus: dict[str, dict[int, preflight.Process]] = {}
+        self.on_gpus: dict[str, dict[int, Process]] = {}
 
     def remaining(self) -> float:
         return max(1.0, self.deadline - time.monotonic())
@@ -312,7 +312,7 @@ class Cleanup:
             alive = alive_workers(self.cluster.workers(self.remaining()), self.keys)
             late = time.monotonic() >= grace_end
             force = merge(force, unnamed, alive if late else {})
-            held: dict[str, list[preflight.Process]] = {}
+            held: dict[str, list[Process]] = {}
             answers: dict[str, NodeAnswer | None] = {}
             if force or not (live or alive):
                 answers = self.cluster.on_nodes(force, self.remaining())
@@ -327,7 +327,7 @@ class Cleanup:
                 return
             time.sleep(POLL_S)
 
-    def look(self, answers: Mapping[str, NodeAnswer | None]) -> dict[str, list[preflight.Process]]:
+    def look(self, answers: Mapping[str, NodeAnswer | None]) -> dict[str, list[Process]]:
         """Records what a round killed; returns the jobs' workers it saw on the GPUs."""
         for node_id, answer in answers.items():
             if answer is not None and answer.killed:
@@ -338,7 +338,7 @@ class Cleanup:
         return held
 
     def left(
-        self, live: list[Actor], alive: Mapping[str, list[int]], held: Mapping[str, list[preflight.Process]]
+        self, live: list[Actor], alive: Mapping[str, list[int]], held: Mapping[str, list[Process]]
     ) -> None:
         for actor in live:
             self.outcome.note(f"{actor.label} ({actor.state.lower()})", left=True)

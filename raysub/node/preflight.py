@@ -13,19 +13,9 @@ nvidia-smi for the GPUs (GPU_QUERY) and for the processes on them (APPS_QUERY), 
   its utilisation (MIG-enabled GPUs never do).
 
 With ``--wait-gpus S`` it checks again while an error remains, after 1, 2, 4, ... s (at most MAX_PAUSE_S
-apart), until none remains or S seconds have passed. Every check appends one line to LOG_DIR/preflight.jsonl
-(append_check writes it, read_checks reads it back):
-
-    {"t": <epoch s>, "node": <--node>, "check": <1, 2, ...>, "final": <the node's last check>,
-     "gpus": [{"index", "uuid", "name", "util_pct", "mem_used_mib", "mem_total_mib", "temperature_c",
-               "power_w", "power_limit_w", "score", "processes": [{"pid", "name", "used_mib"}]}],
-     "findings": [{"severity": "info|warn|error", "gpu": <index or null>, "reason"}],
-     "verdict": "ok|warn|fail"}
-
-A reading nvidia-smi does not give is null, never 0. A GPU's score, from 0 (busy) to 1 (free), is
-0.6 * its free memory's fraction + 0.4 * its idle fraction (100 % - utilisation); a part it does not
-report counts as not free. The verdict is ``fail`` when an error remains and ``--mode fail``, ``warn``
-when any error or warning remains, ``ok`` otherwise.
+apart), until none remains or S seconds have passed. Every check appends one line to LOG_DIR/preflight.jsonl,
+whose format, writer and reader are raysub/protocol/preflight_log.py. The verdict is ``fail`` when an error
+remains and ``--mode fail``, ``warn`` when any error or warning remains, ``ok`` otherwise.
 
 Exit status, and stdout (the node script ends the job with what is printed, adding "<role> on <node>: "):
 
@@ -53,30 +43,30 @@ parser reads every form: with or without a header, units in the header or on the
 from __future__ import annotations
 
 import argparse
-import fcntl
-import json
 import re
 import shutil
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Optional, get_args
+from typing import Optional, get_args
 
 from raysub import protocol
+from raysub.protocol.preflight_log import (
+    DEFAULT_MIN_FREE_MIB,
+    GATE_FAILED,
+    Check,
+    Finding,
+    Gpu,
+    Process,
+    append_check,
+)
 
-GATE_FAILED = 3
-# The least free memory (MiB) a GPU must have. An idle GPU shows well under a GiB in use (the driver's
-# reservations), so this never fails a free GPU of any size; below it, a GPU cannot even hold a CUDA context
-# and NCCL's buffers. A GPU partly used by a process is caught by the process check instead, whatever its
-# memory; raise this to what the job's model needs to catch use nvidia-smi cannot attribute.
-DEFAULT_MIN_FREE_MIB = 1024.0
 FIRST_PAUSE_S = 1.0  # --wait-gpus: the pause before the second check, doubled for each next one
 MAX_PAUSE_S = 30.0
 NVIDIA_SMI_TIMEOUT_S = 60.0  # a GPU that fell off the bus can make nvidia-smi hang for minutes
-FREE_WEIGHT, IDLE_WEIGHT = 0.6, 0.4
 
 GPU_FIELDS = (
     *("index", "uuid", "name", "utilization.gpu", "memory.used", "memory.total", "temperature.gpu"),
@@ -89,7 +79,6 @@ APPS_QUERY = (f"--query-compute-apps={','.join(APP_FIELDS)}", "--format=csv")
 GPU_ALIASES = {"gpu_name": "name", "gpu_uuid": "uuid"}
 APP_ALIASES = {"used_gpu_memory": "used_memory", "name": "process_name"}
 
-Severity = str  # "info", "warn" or "error"
 Cell = tuple[str, str]  # a value as printed, and its column's unit from the header ("" when none)
 
 UNKNOWN = re.compile(r"\[.*\]|N/A|")
@@ -98,93 +87,8 @@ NUMBER = re.compile(r"([-+]?\d+(?:\.\d+)?)\s*([A-Za-z%]*)")
 TO_MIB = {"KiB": 1 / 1024, "GiB": 1024.0, "TiB": 1024.0**2}  # other units are taken as they are
 
 
-# ---- readings ----
-
-
-@dataclass(frozen=True)
-class Process:
-    """A compute process on a GPU, as nvidia-smi lists it (None: not reported)."""
-
-    pid: int | None
-    name: str | None
-    used_mib: float | None
-    gpu_uuid: str | None = None  # joins it to its GPU; not recorded
-
-    def record(self) -> dict[str, Any]:
-        return {"pid": self.pid, "name": self.name, "used_mib": self.used_mib}
-
-    def label(self) -> str:
-        """``pid 4242 (python3, 30000 MiB)``: the pid, the program's base name and the memory it holds."""
-        parts = [self.name.rsplit("/", 1)[-1]] if self.name else []
-        parts += [f"{self.used_mib:.0f} MiB"] if self.used_mib is not None else []
-        who = "an unknown pid" if self.pid is None else f"pid {self.pid}"
-        return f"{who} ({', '.join(parts)})" if parts else who
-
-
-@dataclass(frozen=True)
-class Gpu:
-    """One GPU as nvidia-smi reports it (None: not reported), with the processes on it."""
-
-    index: int
-    uuid: str | None
-    name: str | None
-    util_pct: float | None
-    mem_used_mib: float | None
-    mem_total_mib: float | None
-    temperature_c: float | None
-    power_w: float | None
-    power_limit_w: float | None
-    processes: tuple[Process, ...] = ()
-
-    @property
-    def free_mib(self) -> float | None:
-        if self.mem_used_mib is None or self.mem_total_mib is None:
-            return None
-        return max(self.mem_total_mib - self.mem_used_mib, 0.0)
-
-    @property
-    def score(self) -> float:
-        """0 (busy) to 1 (free): 0.6 * the free fraction of memory + 0.4 * the idle fraction; a part that
-        is not reported counts as not free."""
-        free = self.free_mib
-        free_part = free / self.mem_total_mib if free is not None and self.mem_total_mib else 0.0
-        idle_part = (100.0 - self.util_pct) / 100.0 if self.util_pct is not None else 0.0
-        return round(FREE_WEIGHT * _fraction(free_part) + IDLE_WEIGHT * _fraction(idle_part), 3)
-
-    def record(self) -> dict[str, Any]:
-        record = {key: value for key, value in asdict(self).items() if key != "processes"}
-        return {**record, "score": self.score, "processes": [p.record() for p in self.processes]}
-
-    @classmethod
-    def from_record(cls, record: Mapping[str, Any]) -> Gpu:
-        readings = {key: _optional(record.get(key), float) for key in READINGS}
-        processes = tuple(
-            Process(
-                _optional(p.get("pid"), int),
-                _optional(p.get("name"), str),
-                _optional(p.get("used_mib"), float),
-            )
-            for p in record.get("processes", [])
-        )
-        name = _optional(record.get("name"), str)
-        return cls(
-            int(record["index"]), _optional(record.get("uuid"), str), name, **readings, processes=processes
-        )
-
-
-READINGS = ("util_pct", "mem_used_mib", "mem_total_mib", "temperature_c", "power_w", "power_limit_w")
-
-
 def _count(n: int, noun: str, plural: str = "s") -> str:
     return f"{n} {noun}{'' if n == 1 else plural}"
-
-
-def _fraction(part: float) -> float:
-    return min(max(part, 0.0), 1.0)
-
-
-def _optional(value: Any, kind: Callable[[Any], Any]) -> Any:
-    return None if value is None else kind(value)
 
 
 # ---- nvidia-smi's CSV ----
@@ -340,13 +244,6 @@ def nvidia_smi(args: Sequence[str]) -> Answer | None:
 # ---- the checks ----
 
 
-@dataclass(frozen=True)
-class Finding:
-    severity: Severity  # "info", "warn" or "error"
-    gpu: int | None  # the GPU's index, None for the node
-    reason: str
-
-
 def judge(gpu: Gpu, min_free_mib: float) -> list[Finding]:
     """What is wrong with one GPU: someone else's processes, too little free memory, readings it lacks."""
     findings = []
@@ -407,74 +304,6 @@ def verdict(findings: Sequence[Finding], mode: str) -> str:
     if any(f.severity == "error" for f in findings):
         return "fail" if mode == "fail" else "warn"
     return "warn" if any(f.severity == "warn" for f in findings) else "ok"
-
-
-# ---- preflight.jsonl ----
-
-
-@dataclass(frozen=True)
-class Check:
-    """One line of preflight.jsonl: one check of one node's GPUs."""
-
-    t: float  # epoch seconds
-    node: str
-    check: int  # 1 for the node's first check, 2 for the next (--wait-gpus), ...
-    final: bool  # the node's last check: no other line for it follows
-    gpus: tuple[Gpu, ...]
-    findings: tuple[Finding, ...]
-    verdict: str  # "ok", "warn" or "fail"
-
-    def line(self) -> str:
-        record = {
-            "t": self.t,
-            "node": self.node,
-            "check": self.check,
-            "final": self.final,
-            "gpus": [gpu.record() for gpu in self.gpus],
-            "findings": [asdict(finding) for finding in self.findings],
-            "verdict": self.verdict,
-        }
-        return json.dumps(record, separators=(",", ":")) + "\n"
-
-    @classmethod
-    def from_record(cls, record: Mapping[str, Any]) -> Check:
-        findings = tuple(
-            Finding(str(f["severity"]), _optional(f.get("gpu"), int), str(f["reason"]))
-            for f in record["findings"]
-        )
-        gpus = tuple(Gpu.from_record(gpu) for gpu in record["gpus"])
-        t, check = float(record["t"]), int(record["check"])
-        return cls(
-            t, str(record["node"]), check, bool(record["final"]), gpus, findings, str(record["verdict"])
-        )
-
-
-def append_check(path: Path, check: Check) -> None:
-    """Appends ``check``'s line in one write, holding an flock on the file (NFS clients emulate O_APPEND,
-    so the lock keeps nodes that append at once from overwriting each other); written unlocked where
-    flock fails, as the timeline's writers do."""
-    with protocol.create(path, protocol.log_file_mode(path.parent)) as out:
-        try:
-            fcntl.flock(out.fileno(), fcntl.LOCK_EX)
-        except OSError as error:
-            print(f"raysub: {path.name} written without a lock: {error}", file=sys.stderr)
-        out.write(check.line())
-
-
-def read_checks(path: Path) -> list[Check]:
-    """Every whole check in ``path``, in file order ([] when there is none); a line still being written,
-    or one that is not a check, is left out."""
-    try:
-        lines = path.read_text(errors="replace").split("\n")[:-1]
-    except FileNotFoundError:
-        return []
-    checks = []
-    for line in lines:
-        try:
-            checks.append(Check.from_record(json.loads(line)))
-        except (ValueError, KeyError, TypeError, AttributeError):
-            continue
-    return checks
 
 
 # ---- the gate ----

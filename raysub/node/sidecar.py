@@ -11,9 +11,9 @@ import time
 from collections.abc import Callable, Mapping
 
 from raysub import protocol
-from raysub.monitor import RayGpuMonitor
-from raysub.node.metrics_log import MetricsFile, snapshot_line
-from raysub.node.readings import NodeMetrics
+from raysub.protocol.metrics_log import MetricsFile, snapshot_line
+from raysub.protocol.ray_metrics import RayGpuMonitor
+from raysub.protocol.readings import NodeMetrics
 
 
 class IdleWatch:

@@ -25,11 +25,20 @@ import sys
 import time
 import traceback
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from raysub import protocol
+from raysub.protocol.smoke_report import (
+    AllReduce,
+    Node,
+    Placement,
+    Report,
+    one_line,
+    report_path,
+    write_report,
+)
 
 FAILED = 1
 STRATEGIES = ("PACK", "SPREAD", "STRICT_SPREAD")
@@ -60,30 +69,6 @@ class Options:
 
 
 @dataclass(frozen=True)
-class Node:
-    """An alive node of Ray: its id, name (raysub starts Ray with the Slurm node name), IP and GPUs."""
-
-    node_id: str
-    name: str
-    ip: str
-    gpus: int
-    head: bool = False
-
-
-@dataclass(frozen=True)
-class Placement:
-    """Where the actor of bundle ``bundle`` runs and which GPUs it sees."""
-
-    bundle: int
-    node_id: str
-    node: str  # the Ray node's name
-    hostname: str
-    ip: str
-    gpu_ids: tuple[str, ...]
-    cuda_visible_devices: str | None
-
-
-@dataclass(frozen=True)
 class Plan:
     """The placement group to make: ``count`` bundles of ``resources``, placed by ``strategy``."""
 
@@ -91,56 +76,6 @@ class Plan:
     strategy: str
     count: int
     resources: dict[str, float]
-
-
-@dataclass(frozen=True)
-class AllReduce:
-    """The all-reduce's outcome. status: "off" (not asked), "ok", "skipped" (no torch) or "failed".
-    ``seconds`` is one all-reduce of ``bytes`` on the slowest rank; the bandwidths are in GB/s (1e9),
-    the bus bandwidth as nccl-tests counts it (what each rank sends and receives)."""
-
-    status: str = "off"
-    reason: str = ""
-    backend: str | None = None
-    world_size: int = 0
-    bytes: int = 0
-    seconds: float | None = None
-    algbw_gbps: float | None = None
-    busbw_gbps: float | None = None
-
-    @property
-    def failed(self) -> bool:
-        return self.status == "failed"
-
-
-@dataclass(frozen=True)
-class Report:
-    """smoke.json: the outcome, what was asked of Ray, where each actor ran, what was wrong."""
-
-    ok: bool
-    strategy: str | None
-    bundles: int
-    bundle_resources: dict[str, float]
-    nodes: list[Node]
-    actors: list[Placement]
-    problems: list[str]
-    allreduce: AllReduce = field(default_factory=AllReduce)
-    t: float = field(default_factory=time.time)
-
-    @property
-    def reason(self) -> str:
-        """Why the smoke test failed, on one line ("" when it passed)."""
-        reasons = [*self.problems, *([self.allreduce.reason] if self.allreduce.failed else [])]
-        if not reasons:
-            return ""
-        more = f" (and {len(reasons) - 1} more problems)" if len(reasons) > 1 else ""
-        return one_line(reasons[0]) + more
-
-
-def one_line(text: object, limit: int = 400) -> str:
-    """An error message on one line, cut at ``limit`` characters (Ray's run to pages)."""
-    words = " ".join(str(text).split())
-    return words if len(words) <= limit else words[: limit - 1] + "…"
 
 
 def make_report(
@@ -161,46 +96,6 @@ def make_report(
         problems=problems,
         allreduce=allreduce,
     )
-
-
-# ---- smoke.json: the writer and the reader ----
-
-
-def report_path(log_dir: str | os.PathLike[str] | None) -> Path | None:
-    """LOG_DIR/smoke.json, for ``log_dir`` or else the job's LOG_DIR (set for the driver); None outside
-    a job, where nothing is written."""
-    directory = log_dir if log_dir is not None else os.environ.get(protocol.ENV_LOG_DIR)
-    return Path(directory) / protocol.SMOKE if directory else None
-
-
-def report_json(report: Report) -> str:
-    return json.dumps(asdict(report), indent=1) + "\n"
-
-
-def write_report(path: Path, report: Report) -> None:
-    """``report`` into ``path`` atomically (a reader never sees half of it)."""
-    protocol.write_atomic(path, report_json(report))
-
-
-def read_report(path: Path) -> Report | None:
-    """smoke.json as written by write_report; None when it is missing or not such a report."""
-    try:
-        record = json.loads(path.read_text())
-        return Report(
-            ok=bool(record["ok"]),
-            strategy=record["strategy"],
-            bundles=int(record["bundles"]),
-            bundle_resources=dict(record["bundle_resources"]),
-            nodes=[Node(**node) for node in record["nodes"]],
-            actors=[Placement(**{**a, "gpu_ids": tuple(a["gpu_ids"])}) for a in record["actors"]],
-            problems=[str(problem) for problem in record["problems"]],
-            allreduce=AllReduce(**record["allreduce"]),
-            t=float(record["t"]),
-        )
-    except FileNotFoundError:
-        return None
-    except (ValueError, KeyError, TypeError, AttributeError):
-        return None
 
 
 # ---- what to place, and the checks: pure functions of what Ray says ----

@@ -26,9 +26,10 @@ from pathlib import Path
 from typing import Any, get_args
 
 from raysub import protocol
-from raysub.monitor import gcs_endpoints
-from raysub.node import gcs, sidecar
+from raysub.node import sidecar
 from raysub.node.join import Background, wait_address
+from raysub.protocol import gcs
+from raysub.protocol.ray_metrics import gcs_endpoints
 
 UNPROTECTED = 3
 READY_LOOK_S = 0.02  # for the address file: a stat of a node-local file

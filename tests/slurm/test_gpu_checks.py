@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from raysub import protocol
-from raysub.node.smoke import read_report
+from raysub.protocol.smoke_report import read_report
 from tests.support.batch import FAKES
 from tests.support.minicluster import MiniCluster
 from tests.support.raysub_jobs import assert_clean, job_report, run_job, submit, wait_for

@@ -1,4 +1,4 @@
-"""raysub.node.checkpoints: each layout's newest complete checkpoint, the one still being written skipped,
+"""raysub.protocol.checkpoints: each layout's newest complete checkpoint, the one still being written skipped,
 and the program the nodes run (python -m raysub.node.checkpoints)."""
 
 import copy
@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from raysub.node.checkpoints import AmbiguousCheckpoints, Checkpoint, latest_checkpoint, main
+from raysub.node.checkpoints import main
+from raysub.protocol.checkpoints import AmbiguousCheckpoints, Checkpoint, latest_checkpoint
 
 REPO = Path(__file__).parents[2]
 

@@ -22,7 +22,8 @@ import pytest
 
 from raysub.node import cleanup, preflight
 from raysub.node.cleanup import Actor, Cleanup, Group, Job, NodeAnswer, Outcome, Worker
-from raysub.node.smoke import Node
+from raysub.protocol.preflight_log import Process
+from raysub.protocol.smoke_report import Node
 from tests.support.prereq import REPO
 
 FIXTURES = REPO / "tests" / "fixtures" / "nvidia-smi"
@@ -103,7 +104,7 @@ def test_only_the_jobs_workers_count_among_the_gpu_processes() -> None:
         "n6": None,  # did not answer
     }
     held = cleanup.gpu_holders(answers, {("n1", 4242), ("n3", 4242), ("n4", 4242)})
-    assert held == {"n1": [preflight.Process(4242, "/usr/bin/python3", 30000.0, held["n1"][0].gpu_uuid)]}
+    assert held == {"n1": [Process(4242, "/usr/bin/python3", 30000.0, held["n1"][0].gpu_uuid)]}
     assert held["n1"][0].label() == "pid 4242 (python3, 30000 MiB)"
 
 

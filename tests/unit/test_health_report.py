@@ -16,8 +16,8 @@ from raysub import protocol
 from raysub.health.report import Finding, Options, Severity, StallWatch, Verdict, check, stall_check
 from raysub.health.stall import CARRY_MAX, DriverTail, median_step_time, step_times
 from raysub.jobs import Job
-from raysub.node.metrics_log import snapshot_line
-from raysub.node.readings import GpuMetrics, NodeMetrics
+from raysub.protocol.metrics_log import snapshot_line
+from raysub.protocol.readings import GpuMetrics, NodeMetrics
 from raysub.slurm import SlurmState
 from tests.conftest import RunCli
 

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from raysub.metrics import table
-from raysub.monitor import RayGpuMonitor, summarize, tokens_per_second_per_gpu
-from raysub.node.metrics_log import MetricsFile, snapshot_line
-from raysub.node.readings import GIB, GpuMetrics, NodeMetrics, parse_node_metrics
+from raysub.monitor import table
 from raysub.node.sidecar import IdleWatch
+from raysub.protocol.metrics_log import MetricsFile, snapshot_line
+from raysub.protocol.ray_metrics import RayGpuMonitor, summarize, tokens_per_second_per_gpu
+from raysub.protocol.readings import GIB, GpuMetrics, NodeMetrics, parse_node_metrics
 from tests.support.ray_metrics import H200_RAY_2_49, RECORDED, Gpu, exposition, labels, serve
 
 H100 = "NVIDIA H100 80GB HBM3"

@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from raysub import protocol
-from raysub.node import gcs, sidecar, units
+from raysub.node import sidecar, units
+from raysub.protocol import gcs
 from raysub.render import node_library
 from raysub.spec import JobSpec
 from tests.support.batch import run_batch_script

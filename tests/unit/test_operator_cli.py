@@ -236,7 +236,7 @@ def test_status_interval_below_two_seconds_is_refused(raysub_cli: RunCli, base: 
 
 
 def test_status_and_report_show_the_gpu_preflight(raysub_cli: RunCli, base: Path, tmp_path: Path) -> None:
-    from raysub.node.preflight import Check, Finding, Gpu, append_check
+    from raysub.protocol.preflight_log import Check, Finding, Gpu, append_check
 
     logs = base / "4711-1-logs"
     gpu = Gpu(0, "GPU-0", "NVIDIA H100 80GB HBM3", 0.0, 1.0, 81559.0, 30.0, 70.0, 700.0)
@@ -247,7 +247,7 @@ def test_status_and_report_show_the_gpu_preflight(raysub_cli: RunCli, base: Path
     status = status_json(raysub_cli, "--log-dir", str(base))
     assert status["warnings"] == ["GPU preflight on node3: GPU 1 is held by pid 4242 (python3, 30000 MiB)"]
     from raysub.jobs import resolve
-    from raysub.metrics import power_caps
+    from raysub.monitor import power_caps
 
     assert power_caps(resolve("4711", base)) == {("node3", "0"): 700.0}
 

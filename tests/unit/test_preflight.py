@@ -18,7 +18,9 @@ from hypothesis import strategies as st
 
 from raysub import protocol
 from raysub.node import preflight
-from raysub.node.preflight import Answer, Check, Finding, Gpu, Process
+from raysub.node.preflight import Answer
+from raysub.protocol import preflight_log
+from raysub.protocol.preflight_log import Check, Finding, Gpu, Process
 from tests.support.batch import FAKES
 from tests.support.prereq import REPO
 from tests.unit.test_job_watch import FakeClock
@@ -87,7 +89,7 @@ def test_a_mig_enabled_gpu_reports_no_utilisation() -> None:
     whole_gpu, mig = preflight.parse_gpus(sample("gpus-mig.csv"))
     assert whole_gpu.util_pct == 0.0
     assert (mig.util_pct, mig.mem_used_mib, mig.mem_total_mib) == (None, 13.0, 81920.0)
-    findings = preflight.judge(mig, preflight.DEFAULT_MIN_FREE_MIB)
+    findings = preflight.judge(mig, preflight_log.DEFAULT_MIN_FREE_MIB)
     assert [(f.severity, f.gpu) for f in findings] == [("info", 1)]
     assert mig.score == round(0.6 * (81920 - 13) / 81920, 3)  # its idle part counts as busy
 
@@ -219,7 +221,7 @@ def test_without_nvidia_smi_the_gate_passes(tmp_path: Path, monkeypatch: pytest.
     monkeypatch.setenv("PATH", str(tmp_path))
     assert preflight.nvidia_smi(preflight.GPU_QUERY) is None
     assert preflight.main([f"--log-dir={tmp_path}", "--node=n1", "--gpus=8", "--mode=fail"]) == 0
-    (check,) = preflight.read_checks(tmp_path / protocol.PREFLIGHT)
+    (check,) = preflight_log.read_checks(tmp_path / protocol.PREFLIGHT)
     assert (check.verdict, check.final, check.findings) == (
         "ok",
         True,
@@ -236,7 +238,7 @@ def test_the_gate_waits_until_the_gpu_is_freed(tmp_path: Path) -> None:
     check = preflight.gate(arguments(tmp_path, "--wait-gpus=600"), smi, clock.monotonic, clock.sleep)
     assert clock.sleeps == [1.0, 2.0]
     assert (check.check, check.final, check.verdict, check.findings) == (3, True, "ok", ())
-    lines = preflight.read_checks(tmp_path / protocol.PREFLIGHT)
+    lines = preflight_log.read_checks(tmp_path / protocol.PREFLIGHT)
     assert [(c.check, c.final, c.verdict, c.t) for c in lines] == [
         (1, False, "fail", 0.0),
         (2, False, "fail", 1.0),
@@ -320,14 +322,14 @@ def test_the_record_has_the_documented_shape() -> None:
 
 def test_the_reader_reads_what_the_writer_wrote_and_skips_partial_lines(tmp_path: Path) -> None:
     path = tmp_path / protocol.PREFLIGHT
-    assert preflight.read_checks(path) == []
+    assert preflight_log.read_checks(path) == []
     written = [a_check("node1"), a_check("node3", 2)]
     for check in written:
-        preflight.append_check(path, check)
+        preflight_log.append_check(path, check)
     with path.open("a") as out:
         out.write('{"t": 1, "node": "x"}\nnot json\n')  # not a check, garbage
         out.write(written[0].line()[:-20])  # a line still being written
-    assert preflight.read_checks(path) == written
+    assert preflight_log.read_checks(path) == written
 
 
 def test_nodes_appending_at_once_leave_whole_lines(tmp_path: Path) -> None:
@@ -335,14 +337,14 @@ def test_nodes_appending_at_once_leave_whole_lines(tmp_path: Path) -> None:
 
     def node(name: str) -> None:
         for k in range(1, 31):
-            preflight.append_check(path, a_check(name, k))
+            preflight_log.append_check(path, a_check(name, k))
 
     threads = [threading.Thread(target=node, args=(f"node{n}",)) for n in range(8)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    checks = preflight.read_checks(path)
+    checks = preflight_log.read_checks(path)
     assert len(checks) == len(path.read_text().splitlines()) == 8 * 30
     assert {(c.node, c.check) for c in checks} == {(f"node{n}", k) for n in range(8) for k in range(1, 31)}
 
@@ -395,14 +397,14 @@ def test_the_program_passes_free_nodes_and_fails_a_busy_one(tmp_path: Path, scen
     assert (free.returncode, free.stdout) == (0, ""), free.stderr
     busy = run(tmp_path, scenarios, "node3", "--mode=fail")
     assert (busy.returncode, busy.stdout) == (
-        preflight.GATE_FAILED,
+        preflight_log.GATE_FAILED,
         "GPU 1 is held by pid 4242 (python3, 30000 MiB)\n",
     )
     assert "raysub preflight on node3: error: GPU 1 is held by pid 4242" in busy.stderr
     warned = run(tmp_path, scenarios, "node3", "--mode=warn")
     assert (warned.returncode, warned.stdout) == (0, "")
     assert "error: GPU 1 is held by pid 4242 (python3, 30000 MiB)" in warned.stderr
-    checks = preflight.read_checks(tmp_path / protocol.PREFLIGHT)
+    checks = preflight_log.read_checks(tmp_path / protocol.PREFLIGHT)
     assert [(c.node, c.verdict) for c in checks] == [("node1", "ok"), ("node3", "fail"), ("node3", "warn")]
     assert [p.pid for p in checks[1].gpus[1].processes] == [4242]
     off = run(tmp_path / "elsewhere", scenarios, "node3", "--mode=off")
@@ -422,7 +424,7 @@ def test_the_program_ends_the_job_with_nvidia_smis_failure(
 ) -> None:
     (scenarios / "node3").write_text(f"fail {failure}\n")
     done = run(tmp_path, scenarios, "node3", "--mode=fail")
-    assert done.returncode == preflight.GATE_FAILED
+    assert done.returncode == preflight_log.GATE_FAILED
     assert done.stdout.startswith(f"nvidia-smi exited with status {status}: {words}")
     assert done.stdout.count("\n") == 1
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from raysub.monitor import RayGpuMonitor
-from raysub.node.metrics_log import Snapshot, read_snapshots, snapshot_line
-from raysub.node.readings import GIB, GpuMetrics, NodeMetrics, parse_node_metrics
 from raysub.protocol import LogDir
+from raysub.protocol.metrics_log import Snapshot, read_snapshots, snapshot_line
+from raysub.protocol.ray_metrics import RayGpuMonitor
+from raysub.protocol.readings import GIB, GpuMetrics, NodeMetrics, parse_node_metrics
 from raysub.report import BOTTOM, HEIGHT, LEFT, PALETTE, RIGHT, TOP, WIDTH, render_report
 from raysub.slurm import SlurmState
 from raysub.wandb_sink import WandbSink

@@ -12,7 +12,9 @@ import pytest
 
 from raysub import protocol
 from raysub.node import smoke
-from raysub.node.smoke import AllReduce, Node, Options, Placement
+from raysub.node.smoke import Options
+from raysub.protocol import smoke_report
+from raysub.protocol.smoke_report import AllReduce, Node, Placement
 from raysub.render import render
 from raysub.spec import JobSpec
 from raysub.validate import extract
@@ -172,7 +174,7 @@ def test_without_torch_the_all_reduce_is_skipped_unless_required() -> None:
 # ---- smoke.json ----
 
 
-def a_report() -> smoke.Report:
+def a_report() -> smoke_report.Report:
     planned = smoke.plan([NODE1, NODE2], Options())
     allreduce = smoke.allreduce_result([{"value": 4, "seconds": 0.25}] * 4, "nccl", 2**26)
     return smoke.make_report(planned, [NODE1, NODE2], whole()[::-1], [], allreduce)
@@ -181,8 +183,8 @@ def a_report() -> smoke.Report:
 def test_smoke_json_round_trips(tmp_path: Path) -> None:
     report = a_report()
     path = tmp_path / protocol.SMOKE
-    smoke.write_report(path, report)
-    assert smoke.read_report(path) == report
+    smoke_report.write_report(path, report)
+    assert smoke_report.read_report(path) == report
     assert [a.bundle for a in report.actors] == [0, 1, 2, 3]  # in bundle order, however they answered
     record = json.loads(path.read_text())
     assert set(record) == {"ok", "strategy", "bundles", "bundle_resources", "nodes", "actors", "problems",
@@ -197,24 +199,24 @@ def test_smoke_json_round_trips(tmp_path: Path) -> None:
 
 def test_a_missing_or_malformed_smoke_json_reads_as_none(tmp_path: Path) -> None:
     path = tmp_path / protocol.SMOKE
-    assert smoke.read_report(path) is None
+    assert smoke_report.read_report(path) is None
     for text in (
         "",
         "{",
         "[]",
         '{"ok": true}',
-        json.dumps({**json.loads(smoke.report_json(a_report())), "nodes": 3}),
+        json.dumps({**json.loads(smoke_report.report_json(a_report())), "nodes": 3}),
     ):
         path.write_text(text)
-        assert smoke.read_report(path) is None, text
+        assert smoke_report.read_report(path) is None, text
 
 
 def test_smoke_json_goes_into_the_jobs_log_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(protocol.ENV_LOG_DIR, raising=False)
-    assert smoke.report_path(None) is None
-    assert smoke.report_path(tmp_path) == tmp_path / "smoke.json"
+    assert smoke_report.report_path(None) is None
+    assert smoke_report.report_path(tmp_path) == tmp_path / "smoke.json"
     monkeypatch.setenv(protocol.ENV_LOG_DIR, str(tmp_path))
-    assert smoke.report_path(None) == tmp_path / "smoke.json"
+    assert smoke_report.report_path(None) == tmp_path / "smoke.json"
 
 
 def test_the_reason_is_one_line() -> None:
@@ -380,7 +382,7 @@ def test_raysub_smoke_passes_its_options_on(
 ) -> None:  # fmt: skip
     seen: list[Options] = []
 
-    def run(options: Options) -> smoke.Report:
+    def run(options: Options) -> smoke_report.Report:
         seen.append(options)
         return a_report()
 
@@ -403,7 +405,7 @@ def test_without_ray_smoke_fails_with_one_line_and_writes_why(
     assert result.stderr.startswith(f"raysub: smoke test failed: cannot connect to Ray at {NO_RAY}")
     assert result.stderr.count("\n") == 1
     assert result.stdout.splitlines()[-1] == "FAILED"
-    written = smoke.read_report(out)
+    written = smoke_report.read_report(out)
     assert written is not None and not written.ok
     # The node program: the same, into --log-dir (or the job's LOG_DIR).
     monkeypatch.setenv(protocol.ENV_LOG_DIR, str(tmp_path))

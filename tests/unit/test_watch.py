@@ -359,9 +359,9 @@ def test_a_checkpoint_lookup_that_fails_does_not_end_the_run(
     def broken(directory: Path, marker: str | None = None) -> None:
         raise OSError("stale file handle")
 
-    module = types.ModuleType("raysub.node.checkpoints")
+    module = types.ModuleType("raysub.protocol.checkpoints")
     module.latest_checkpoint = broken  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "raysub.node.checkpoints", module)
+    monkeypatch.setitem(sys.modules, "raysub.protocol.checkpoints", module)
     fake = FakeSlurm(monkeypatch, clock, [[ended("TIMEOUT")], [COMPLETED]])
     lines: list[str] = []
     assert watch(script, clock, checkpoints=Checkpoints(script.parent), lines=lines).succeeded
@@ -923,9 +923,9 @@ def test_checkpoint_dir_asks_raysub_node_checkpoints(tmp_path: Path, monkeypatch
         asked.append(directory)
         return Checkpoint() if len(asked) > 1 else None
 
-    module = types.ModuleType("raysub.node.checkpoints")
+    module = types.ModuleType("raysub.protocol.checkpoints")
     module.latest_checkpoint = latest_checkpoint  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "raysub.node.checkpoints", module)
+    monkeypatch.setitem(sys.modules, "raysub.protocol.checkpoints", module)
     checkpoints = Checkpoints(tmp_path)
     assert checkpoints.latest() is None
     assert checkpoints.latest() == Path("step-40").absolute()

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from raysub import protocol
-from raysub.node.readings import NodeMetrics
+from raysub.protocol.readings import NodeMetrics
 
 
 def _rounded(value: Any) -> Any:
