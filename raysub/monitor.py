@@ -7,7 +7,6 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-from raysub import protocol
 from raysub.jobs import Job
 from raysub.protocol.metrics_log import Snapshot, read_snapshots
 from raysub.protocol.preflight_log import read_checks
@@ -53,7 +52,7 @@ def snapshots(job: Job) -> list[Snapshot]:
 def power_caps(job: Job) -> dict[tuple[str, str], float]:
     """Each GPU's power cap in W, by (node, GPU index), as the GPU preflight check's nvidia-smi saw it."""
     caps = {}
-    for check in read_checks(job.logs.file(protocol.PREFLIGHT)):
+    for check in read_checks(job.logs.preflight):
         for gpu in check.gpus:
             if gpu.power_limit_w is not None:
                 caps[check.node, str(gpu.index)] = gpu.power_limit_w

@@ -1,5 +1,6 @@
 """Turn a JobSpec into the self-contained sbatch script, from the Jinja templates in templates/."""
 
+import ast
 import re
 import shlex
 from dataclasses import dataclass
@@ -14,12 +15,19 @@ from raysub.spec import MAX_SOCKET_PATH, RAY_SOCKET_SUFFIX, JobSpec
 
 # The batch script and the scripts it writes into LOG_DIR, in the order they are written.
 EMBEDDED = (
+    (protocol.SHARED_BASH, "lib.sh.j2"),
+    (protocol.NODE_BASH, "node.sh.j2"),
     (protocol.HEAD_SCRIPT, "head.sh.j2"),
     (protocol.WORKER_SCRIPT, "worker.sh.j2"),
     (protocol.DRIVER_SCRIPT, "driver_command.sh.j2"),
     (protocol.SANDBOX_SCRIPT, "sandbox.sh.j2"),
     (protocol.ATTACH_SCRIPT, "attach.sh.j2"),
 )
+
+
+# The line after which the batch script holds only its payload: what it writes into LOG_DIR. A person
+# reading the job reads down to it; tests/golden keeps the part above it whole.
+PAYLOAD_LINE = f"# {' PAYLOAD '.center(100, '=')}"
 
 
 def templates_dir() -> Path:
@@ -102,15 +110,60 @@ class EmbeddedScript:
     library: bool = False
 
 
-def node_library() -> list[tuple[str, Path]]:
-    """The node programs and what they import (raysub/node/__init__.py says which and why), each with the
-    path the batch script writes it to under LOG_DIR; and the early driver's gate, as sitecustomize."""
+def node_programs(spec: JobSpec) -> list[str]:
+    """The node programs (raysub/node/<name>.py) this job's scripts run."""
+    wanted = {
+        "units": True,  # the head's unit counter, with the monitor sidecar
+        "join": spec.workers > 0,
+        "preflight": spec.preflights,
+        "checkpoints": not spec.interactive,  # each driver start looks for a resume point
+        "cleanup": spec.driver_restarts > 0,
+        "smoke": spec.smoke,
+        "driver_gate": spec.starts_driver_early,
+    }
+    return [name for name, used in wanted.items() if used]
+
+
+def _imported(module: Path, package: Path) -> set[Path]:
+    """The raysub modules that ``module`` imports (at the top or inside a function), as files."""
+    names = []
+    for node in ast.walk(ast.parse(module.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            # "from raysub.protocol import gcs" imports raysub.protocol and, as a module, its gcs.
+            names += [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+        elif isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+    found = set()
+    for name in names:
+        if name.split(".")[0] != package.name:
+            continue
+        path = package.parent.joinpath(*name.split("."))
+        found |= {p for p in (path.with_suffix(".py"), path / "__init__.py") if p.is_file()}
+    return found
+
+
+def node_library(spec: JobSpec | None = None) -> list[tuple[str, Path]]:
+    """What the batch script ships under LOG_DIR for the node programs: each program ``spec`` uses (every
+    one without a spec), the modules they import and their packages' __init__ (raysub/node/__init__.py
+    says what they may import); the early driver's gate goes apart, as sitecustomize. Each with its path
+    under LOG_DIR."""
     package = Path(__file__).resolve().parent
-    gate = package / "node" / "driver_gate.py"
-    modules = [package / "__init__.py", *sorted((package / "protocol").glob("*.py"))]
-    modules += sorted(set((package / "node").glob("*.py")) - {gate})
-    shipped = [(f"{protocol.NODE_PYTHON_DIR}/raysub/{m.relative_to(package)}", m) for m in modules]
-    return [*shipped, (f"{protocol.NODE_PYTHON_DIR}/{protocol.DRIVER_GATE_DIR}/sitecustomize.py", gate)]
+    node = package / "node"
+    programs = node_programs(spec) if spec else [m.stem for m in node.glob("*.py") if m.stem != "__init__"]
+    gate = node / "driver_gate.py"
+    todo = [node / f"{name}.py" for name in programs if name != gate.stem]
+    modules: set[Path] = set()
+    while todo:
+        module = todo.pop()
+        if module in modules:
+            continue
+        modules.add(module)
+        parents = [p / "__init__.py" for p in module.parents if p.is_relative_to(package) and p != module]
+        todo += [*_imported(module, package), *(p for p in parents if p.is_file())]
+    shipped = [(f"{protocol.NODE_PYTHON_DIR}/raysub/{m.relative_to(package)}", m) for m in sorted(modules)]
+    if gate.stem in programs:
+        shipped.append((f"{protocol.NODE_PYTHON_DIR}/{protocol.DRIVER_GATE_DIR}/sitecustomize.py", gate))
+    return shipped
 
 
 def heredoc_delimiter(name: str, text: str) -> str:
@@ -143,6 +196,7 @@ def render(spec: JobSpec) -> str:
         "private_dir_mode": f"{protocol.PRIVATE_DIR_MODE:04o}",
         "log_files": protocol.batch_log_files(spec.workers > 0, spec.sandbox is not None),
         "worker_log_format": protocol.worker_log_format(spec.workers),
+        "payload_line": PAYLOAD_LINE,
     }
     scripts = []
     for name, template in EMBEDDED:
@@ -156,7 +210,7 @@ def render(spec: JobSpec) -> str:
             continue
         text = env.get_template(template).render(context)
         scripts.append(EmbeddedScript(name, text, heredoc_delimiter(name, text)))
-    for name, module in node_library():
+    for name, module in node_library(spec):
         text = module.read_text()
         scripts.append(EmbeddedScript(name, text, heredoc_delimiter(name, text), library=True))
     directories = sorted({str(Path(script.name).parent) for script in scripts} - {"."})

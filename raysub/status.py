@@ -133,7 +133,7 @@ def first_times(events: list[protocol.TimelineEvent]) -> dict[str, float]:
 
 def preflight_warnings(job: Job) -> list[str]:
     """What each node's GPU preflight check found that was not fine (its last check only)."""
-    last = {check.node: check for check in read_checks(job.logs.file(protocol.PREFLIGHT))}
+    last = {check.node: check for check in read_checks(job.logs.preflight)}
     return [
         f"GPU preflight on {node}: {finding.reason}"
         for node, check in sorted(last.items())

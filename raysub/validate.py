@@ -86,15 +86,15 @@ def check_python(name: str, text: str) -> list[Problem]:
     return []
 
 
-def check_text(name: str, text: str, shellcheck: str | None) -> list[Problem]:
+def check_script(name: str, path: Path, shellcheck: str | None) -> list[Problem]:
+    """bash -n and shellcheck on the script ``name`` at ``path``, in the directory where the scripts it
+    sources (lib.sh, node.sh) are too: shellcheck follows them there."""
     if name.endswith(".py"):
-        return check_python(name, text)
-    with tempfile.TemporaryDirectory(prefix="raysub-validate-") as tmp:
-        path = Path(tmp) / name
-        path.write_text(text)
-        problems = _run(["bash", "-n", str(path)], _BASH_ERROR, name)
-        if shellcheck and not problems:
-            problems = _run([shellcheck, "-f", "gcc", "-s", "bash", str(path)], _SHELLCHECK, name)
+        return check_python(name, path.read_text())
+    problems = _run(["bash", "-n", str(path)], _BASH_ERROR, name)
+    if shellcheck and not problems:
+        command = [shellcheck, "-f", "gcc", "-s", "bash", "-x", "-P", str(path.parent), str(path)]
+        problems = _run(command, _SHELLCHECK, name)
     return problems
 
 
@@ -140,11 +140,18 @@ def validate(
     problems = []
     if shellcheck is None and strict:
         problems.append(Problem(path.name, None, _NO_SHELLCHECK))
-    problems += check_text(path.name, text, shellcheck)
     try:
         embedded = extract(text)
     except UnterminatedScript as error:
-        return [*problems, Problem(path.name, None, f"embedded script {error}")], [path.name]
-    for script in embedded:
-        problems += check_text(script.name, script.text, shellcheck)
-    return problems, [path.name] + [s.name for s in embedded]
+        problems.append(Problem(path.name, None, f"embedded script {error}"))
+        embedded = []
+    with tempfile.TemporaryDirectory(prefix="raysub-validate-") as tmp:
+        # Every script in place first: each is checked together with the ones it sources.
+        checked = [(path.name, text), *((script.name, script.text) for script in embedded)]
+        for name, body in checked:
+            target = Path(tmp) / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(body)
+        for name, _ in checked:
+            problems += check_script(name, Path(tmp) / name, shellcheck)
+    return problems, [name for name, _ in checked]

@@ -47,12 +47,12 @@ from raysub.node.smoke import alive_nodes, gcs_answers
 from raysub.protocol.preflight_log import Process
 from raysub.protocol.smoke_report import Node, one_line
 
-FAILED = 1
-TIMEOUT_S = 60.0
+CLEANUP_FAILED = 1
+CLEANUP_TIMEOUT_S = 60.0
 # Ray itself kills the workers of a job whose driver died, within a second or two: a kill of ours before
 # then would race it, and say "killed" of what Ray was stopping anyway.
 WORKER_GRACE_S = 5.0
-POLL_S = 0.5
+LOOK_AGAIN_S = 0.5
 # The most records one state API call returns (Ray's own ceiling, RAY_MAX_LIMIT_FROM_API_SERVER).
 LIST_LIMIT = 10_000
 # Past --timeout, the program exits whatever Ray is doing (a call that ignores its own timeout, say):
@@ -325,7 +325,7 @@ class Cleanup:
                 self.left(live, alive, held)
                 self.unchecked(answers)
                 return
-            time.sleep(POLL_S)
+            time.sleep(LOOK_AGAIN_S)
 
     def look(self, answers: Mapping[str, NodeAnswer | None]) -> dict[str, list[Process]]:
         """Records what a round killed; returns the jobs' workers it saw on the GPUs."""
@@ -540,7 +540,7 @@ def stop_at(seconds: float) -> threading.Timer:
 
     def stop() -> None:
         print(f"could not clean up: still not done after {seconds:.0f} s", flush=True)
-        os._exit(FAILED)
+        os._exit(CLEANUP_FAILED)
 
     timer = threading.Timer(seconds, stop)
     timer.daemon = True
@@ -579,7 +579,10 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
         "--since", type=float, required=True, help="when the previous driver run started (epoch seconds)"
     )
     parser.add_argument(
-        "--timeout", type=float, default=TIMEOUT_S, help=f"seconds it may take (default {TIMEOUT_S:.0f})"
+        "--timeout",
+        type=float,
+        default=CLEANUP_TIMEOUT_S,
+        help=f"seconds it may take (default {CLEANUP_TIMEOUT_S:.0f})",
     )
     return parser.parse_args(argv)
 
@@ -589,7 +592,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     stop_at(args.timeout + HARD_STOP_MARGIN_S)
     outcome = run(args.since, args.timeout)
     print(outcome.line(), flush=True)
-    return 0 if outcome.ok else FAILED
+    return 0 if outcome.ok else CLEANUP_FAILED
 
 
 if __name__ == "__main__":

@@ -30,10 +30,10 @@ ENV_ENDED = "_RAYSUB_DRIVER_GATE_ENDED"  # the file that says the job is ending 
 ENV_PYTHONPATH = "_RAYSUB_DRIVER_PYTHONPATH"  # the driver's PYTHONPATH without the gate's directory
 
 # A look every 20 ms: the gate's latency is part of every bring-up, and a stat on the head is cheap.
-POLL_S = 0.02
+GATE_POLL_S = 0.02
 
 
-def wait_open(opened: str, ended: str, poll: float = POLL_S) -> None:
+def wait_open(opened: str, ended: str, poll: float = GATE_POLL_S) -> None:
     """Returns once ``opened`` exists; raises SystemExit if ``ended`` appears first."""
     while not Path(opened).exists():
         if Path(ended).exists():

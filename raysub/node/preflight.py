@@ -324,7 +324,7 @@ def gate(
 ) -> Check:
     """Checks the GPUs until no error remains or --wait-gpus has passed; each check goes to preflight.jsonl.
     Returns the last check."""
-    path = protocol.LogDir(args.log_dir).file(protocol.PREFLIGHT)
+    path = protocol.LogDir(args.log_dir).preflight
     deadline = clock() + args.wait_gpus
     pause = FIRST_PAUSE_S
     count = 0

@@ -111,13 +111,13 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--monitor-interval", type=float, help="with it, the monitor sidecar: seconds between its snapshots"
     )
-    parser.add_argument(
-        "--idle-threshold", type=float, default=5.0, help="GPU utilisation %% below which it idles"
-    )
-    parser.add_argument(
-        "--idle-after", type=float, default=600.0, help="seconds of idling before the warning"
-    )
-    return parser.parse_args(argv)
+    # No defaults here: the head passes render's (JobSpec's), the one place they are written.
+    parser.add_argument("--idle-threshold", type=float, help="GPU utilisation %% below which it idles")
+    parser.add_argument("--idle-after", type=float, help="seconds of idling before the warning")
+    args = parser.parse_args(argv)
+    if args.monitor_interval is not None and None in (args.idle_threshold, args.idle_after):
+        parser.error("--monitor-interval needs --idle-threshold and --idle-after")
+    return args
 
 
 def main(argv: Sequence[str] | None = None, background: Background | None = None) -> int:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 ALIVE = 0  # GcsNodeInfo.state of a node that is up
-TIMEOUT_S = 5
+GCS_TIMEOUT_S = 5
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ def alive_nodes(client: Any) -> list[Node]:
             metrics_port=info.metrics_export_port,
             gpus=int(info.resources_total.get("GPU", 0)),
         )
-        for info in client.get_all_node_info(timeout=TIMEOUT_S).values()
+        for info in client.get_all_node_info(timeout=GCS_TIMEOUT_S).values()
         if info.state == ALIVE
     ]
 

@@ -315,8 +315,8 @@ time.sleep(60)' "$port_file" 3>&- &
 @test "when many nodes end the job at once, exactly one reason wins and is the one in the timeline" {
   local k
   for k in $(seq 1 20); do
-    PATH=$FAKES_PATH bash -c 'source <(sed -n "/^# ---- shared by the batch script/,/^# ---- end of shared/p" "$1")
-      end_job "reason $2"' _ "${LOG_DIR}/${P_WORKER_SCRIPT}" "$k" 3>&- &
+    PATH=$FAKES_PATH LOG_DIR=$LOG_DIR HOST=nodeA ROLE="worker $k" \
+      bash -c 'source "$1" && end_job "reason $2"' _ "${LOG_DIR}/${P_SHARED_BASH}" "$k" 3>&- &
   done
   wait
   run grep -c "\"phase\": \"${P_PHASE_ENDED}\"" "${LOG_DIR}/${P_TIMELINE}"

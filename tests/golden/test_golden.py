@@ -1,92 +1,124 @@
-"""Rendered scripts for three typical configurations, compared with files checked in next to this test.
+"""Rendered scripts compared with files checked in next to this test, one file per piece.
 
-The raysub modules a script ships to the nodes (raysub/node/ and what it uses) appear in the golden files
-as one marker line each, so that a change to them does not rewrite every golden file; their own tests
-cover them. A mismatch prints the unified diff. After an intended change to the templates, regenerate
-the files and review the diff:
+A base job (``base``) is kept whole, one golden file per piece: the batch script's readable part (up to the
+PAYLOAD line), each bash script it writes into LOG_DIR (lib.sh, node.sh, head.sh, ...) and the list of the
+raysub modules it ships. Each option that changes the job has one small golden diff (``<option>.diff``)
+from the base's pieces to its own, so that a change to the shared bash shows up once, in lib.sh, and an
+option's golden shows only what that option changes. The shipped modules are compared with raysub's own
+source, byte for byte, rather than kept here. A mismatch prints the unified diff. After an intended change
+to the templates, regenerate the files and review the diff:
     RAYSUB_REGENERATE_GOLDEN=1 scripts/test tests/golden
 """
 
+import dataclasses
 import difflib
 import os
-import re
 from pathlib import Path
 
 import pytest
 
 from raysub import protocol
-from raysub.render import node_library, render
+from raysub.render import PAYLOAD_LINE, node_library, render
 from raysub.spec import JobSpec, Sandbox
+from raysub.validate import extract
 from tests.conftest import RunCli
 from tests.support.prereq import tool
 
 HERE = Path(__file__).parent
 REGENERATE = os.environ.get("RAYSUB_REGENERATE_GOLDEN") == "1"
+READABLE = "job.sub"  # the batch script up to and including the PAYLOAD line
+SHIPPED = "shipped.txt"  # the raysub modules the job ships, one per line
 
-CONFIGS = {
-    "bare_metal": JobSpec(
-        nodes=4,
-        partition="batch",
-        account="ml-infra",
-        time="4:00:00",
-        env=(("HF_HOME", "/data/hf cache"), ("WANDB_PROJECT", "sft")),
-        setup="source /opt/venv/bin/activate",
-        command=("python", "train.py", "--lr", "3e-4", "--name", "it's $HOME"),
-    ),
-    "pyxis": JobSpec(
-        nodes=8,
-        gpus_per_node=8,
-        cpus_per_task=64,
+BASE = JobSpec(
+    nodes=4,
+    partition="batch",
+    account="ml-infra",
+    time="4:00:00",
+    env=(("HF_HOME", "/data/hf cache"), ("WANDB_PROJECT", "sft")),
+    setup="source /opt/venv/bin/activate",
+    command=("python", "train.py", "--lr", "3e-4", "--name", "it's $HOME"),
+)
+# Each changes the base in one way a real job does.
+OPTIONS = {
+    "pyxis": dataclasses.replace(
+        BASE,
         container_image="nvcr.io/nvidia/pytorch:25.01-py3",
         container_mounts="/lustre:/lustre",
         container_workdir="/workspace",
-        interface="ib0",
-        dedicated_head=True,
-        sbatch_args=("--qos=high",),
         log_dir="/lustre/logs/sft",
-        command=("python", "-m", "nemo_rl.train", "cluster.num_nodes=8"),
     ),
-    "sandbox": JobSpec(
-        nodes=2,
+    "gpus": dataclasses.replace(
+        BASE, nodes=8, cpus_per_task=64, interface="ib0", dedicated_head=True, sbatch_args=("--qos=high",)
+    ),
+    "sandbox": dataclasses.replace(
+        BASE,
         gpus_per_node=0,
-        time="30",
         sandbox=Sandbox(command="python -m sandbox_server --port 8500", port=8500, nodes="all"),
     ),
+    "restarts": dataclasses.replace(
+        BASE, driver_restarts=2, checkpoint_dir="/lustre/ckpt/run7", requeue=True, signal_before=300
+    ),
+    "interactive": dataclasses.replace(BASE, command=()),
+    "smoke": dataclasses.replace(BASE, command=(), smoke=True),
 }
 
 
-@pytest.mark.parametrize("name", sorted(CONFIGS))
-def test_rendered_script_matches_golden(name: str) -> None:
-    golden = HERE / f"{name}.sub"
-    script = with_markers(render(CONFIGS[name]))
+def pieces(spec: JobSpec) -> dict[str, str]:
+    """The readable part, each bash script the job writes into LOG_DIR, and the list of shipped modules."""
+    script = render(spec)
+    readable, marker, _ = script.partition(PAYLOAD_LINE)
+    assert marker, "the rendered script has no PAYLOAD line"
+    embedded = extract(script)
+    shipped = [e.name for e in embedded if e.name.startswith(f"{protocol.NODE_PYTHON_DIR}/")]
+    bash = {e.name: e.text for e in embedded if e.name not in shipped}
+    return {READABLE: readable + marker + "\n", **bash, SHIPPED: "".join(f"{name}\n" for name in shipped)}
+
+
+def check(golden: Path, text: str) -> None:
     if REGENERATE:
-        golden.write_text(script)
-    assert golden.exists(), f"{golden} is missing; run with RAYSUB_REGENERATE_GOLDEN=1"
+        golden.write_text(text)
+        return
     expected = golden.read_text()
-    diff = difflib.unified_diff(
-        expected.splitlines(keepends=True), script.splitlines(keepends=True), str(golden), "rendered"
-    )
-    assert script == expected, (
-        f"{golden.name} differs; if intended, regenerate (see module doc):\n" + "".join(diff)
-    )
-
-
-def with_markers(script: str) -> str:
-    """``script`` with the body of each shipped raysub module replaced by one line naming it."""
-    for name, _ in node_library():
-        heredoc = re.compile(
-            "^(" + re.escape(f'cat >"$LOG_DIR/{name}" <<\'') + r"(\w+)'\n).*?^\2$", re.MULTILINE | re.DOTALL
+    if text != expected:
+        diff = difflib.unified_diff(
+            expected.splitlines(keepends=True), text.splitlines(keepends=True), str(golden), "rendered"
         )
-        marker = f"# {name.removeprefix(protocol.NODE_PYTHON_DIR + '/')}, shipped as it is\n"
-        script, found = heredoc.subn(r"\g<1>" + marker + r"\g<2>", script)
-        assert found == 1, f"{name} is not embedded once"
-    return script
+        pytest.fail(f"{golden.name} differs (RAYSUB_REGENERATE_GOLDEN=1 to accept):\n" + "".join(diff))
 
 
-@pytest.mark.parametrize("name", sorted(CONFIGS))
-def test_golden_scripts_pass_strict_validation(raysub_cli: RunCli, name: str) -> None:
+@pytest.mark.parametrize("piece", sorted(pieces(BASE)))
+def test_base_job_matches_golden(piece: str) -> None:
+    (HERE / "base").mkdir(exist_ok=True)
+    check(HERE / "base" / piece, pieces(BASE)[piece])
+
+
+@pytest.mark.parametrize("name", sorted(OPTIONS))
+def test_each_option_changes_only_what_its_golden_diff_shows(name: str) -> None:
+    base, option = pieces(BASE), pieces(OPTIONS[name])
+    diff: list[str] = []
+    for piece in sorted(base.keys() | option.keys()):
+        diff += difflib.unified_diff(
+            base.get(piece, "").splitlines(keepends=True),
+            option.get(piece, "").splitlines(keepends=True),
+            f"base/{piece}",
+            f"{name}/{piece}",
+        )
+    check(HERE / f"{name}.diff", "".join(diff))
+
+
+@pytest.mark.parametrize("spec", [BASE, *OPTIONS.values()], ids=["base", *OPTIONS])
+def test_shipped_modules_are_raysubs_own_source_byte_for_byte(spec: JobSpec) -> None:
+    embedded = {e.name: e.text for e in extract(render(spec))}
+    for name, source in node_library(spec):
+        assert embedded[name] == source.read_text(), name
+
+
+@pytest.mark.parametrize("spec", [BASE, *OPTIONS.values()], ids=["base", *OPTIONS])
+def test_rendered_scripts_pass_strict_validation(raysub_cli: RunCli, tmp_path: Path, spec: JobSpec) -> None:
     tool("shellcheck")
-    result = raysub_cli("validate", "--strict", str(HERE / f"{name}.sub"))
+    job = tmp_path / "job.sub"
+    job.write_text(render(spec))
+    result = raysub_cli("validate", "--strict", str(job))
     assert result.code == 0, result.stderr
     assert "ok (" in result.stdout
 
@@ -94,8 +126,10 @@ def test_golden_scripts_pass_strict_validation(raysub_cli: RunCli, name: str) ->
 def test_a_broken_embedded_script_fails_validation_naming_script_and_line(
     raysub_cli: RunCli, tmp_path: Path
 ) -> None:
-    lines = (HERE / "bare_metal.sub").read_text().splitlines(keepends=True)
-    start = next(i for i, line in enumerate(lines) if line.startswith('cat >"$STAGE/head.sh"'))
+    lines = render(BASE).splitlines(keepends=True)
+    start = next(
+        i for i, line in enumerate(lines) if line.startswith(f'cat >"$STAGE/{protocol.HEAD_SCRIPT}"')
+    )
     # Line 6 of head.sh becomes an unterminated if.
     lines.insert(start + 6, "if true; then\n")
     broken = tmp_path / "broken.sub"

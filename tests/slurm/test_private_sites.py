@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from raysub import protocol
-from raysub.protocol import LogDir
+from raysub.protocol import LogDir, file_table
 from tests.support import users
 from tests.support.minicluster import MiniCluster
 from tests.support.raysub_jobs import assert_clean
@@ -38,10 +38,10 @@ EXPECTED = [
 
 
 def job_paths(logs: LogDir, private: bool) -> list[Path]:
-    """Every path of LOG_DIR that docs/security.md's table (protocol.FILES) says is the owner's alone
+    """Every path of LOG_DIR that docs/security.md's table (file_table.FILES) says is the owner's alone
     (``private``) or a log, with the directories of the private ones and what they hold."""
     paths = []
-    for doc in protocol.FILES:
+    for doc in file_table.FILES:
         if doc.private != private:
             continue
         for name in doc.files:

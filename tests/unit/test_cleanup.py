@@ -189,7 +189,7 @@ class FakeCluster:
 @pytest.fixture(autouse=True)
 def quick(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cleanup, "WORKER_GRACE_S", 0.2)
-    monkeypatch.setattr(cleanup, "POLL_S", 0.01)
+    monkeypatch.setattr(cleanup, "LOOK_AGAIN_S", 0.01)
 
 
 def scene(**changes: object) -> FakeCluster:

@@ -1,6 +1,6 @@
 """Generated documentation, so it never drifts from the code: docs/cli.md from the commands' --help,
 docs/protocol.md's table of LOG_DIR's files and docs/security.md's of every path a job makes from
-raysub.protocol.FILES, and the tables of docs/health.md
+raysub.file_table.FILES, and the tables of docs/health.md
 (progress forms) and docs/plan.md (spellings of the parallel sizes).
 
 Regenerate after changing an option, a help text or one of those tables:
@@ -16,6 +16,7 @@ from click.testing import CliRunner
 
 from raysub import protocol
 from raysub.cli import cli
+from raysub.protocol import file_table
 from tests.support.prereq import REPO
 
 DOC = REPO / "docs" / "cli.md"
@@ -65,7 +66,7 @@ def markdown_table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> 
 
 
 def test_protocol_files_table_is_up_to_date() -> None:
-    rows = [(", ".join(f"`{n}`" for n in doc.files), doc.writer, doc.content) for doc in protocol.FILES]
+    rows = [(", ".join(f"`{n}`" for n in doc.files), doc.writer, doc.content) for doc in file_table.FILES]
     table = markdown_table(("file", "written by", "content"), rows)
     check_generated(
         REPO / "docs" / "protocol.md", "the table of LOG_DIR's files (raysub/protocol.py FILES)", table
@@ -75,7 +76,7 @@ def test_protocol_files_table_is_up_to_date() -> None:
 def test_security_paths_table_is_up_to_date() -> None:
     rows = [
         (", ".join(f"`{n}`" for n in doc.files), doc.mode, doc.writer, doc.readers)
-        for doc in (*protocol.OTHER_PATHS, *protocol.FILES)
+        for doc in (*file_table.OTHER_PATHS, *file_table.FILES)
     ]
     table = markdown_table(("path", "mode", "made by", "read by, and trusted for"), rows)
     check_generated(
@@ -128,7 +129,7 @@ NOT_FILES = (
 
 
 def test_every_file_of_log_dir_is_in_the_table() -> None:
-    documented = {name for doc in protocol.FILES for name in doc.files}
+    documented = {name for doc in file_table.FILES for name in doc.files}
     for name, value in protocol.template_names().items():
         if not name.startswith(NOT_FILES) and name not in ("NODE_PYTHON_DIR", "DRIVER_GATE_DIR"):
-            assert value in documented, f"protocol.{name} ({value}) is not in protocol.FILES"
+            assert value in documented, f"protocol.{name} ({value}) is not in file_table.FILES"

@@ -84,7 +84,9 @@ def test_log_dirs_copy_runs_with_a_python_without_raysub(tmp_path: Path) -> None
     spec = JobSpec(nodes=2, gpus_per_node=0, command=("true",), interface="lo", log_dir="runs", monitor=False)
     job = run_batch_script(tmp_path, spec, {"HOME": str(tmp_path)}, str(os.getpid()))
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(job.log_dir.file(protocol.NODE_PYTHON_DIR))}
-    for program in ("units", "preflight", "smoke"):
+    # Only what the job uses is shipped: this job runs no smoke test (tests/golden/smoke.diff ships it).
+    assert not job.log_dir.file(f"{protocol.NODE_PYTHON_DIR}/raysub/node/smoke.py").exists()
+    for program in ("units", "preflight"):
         done = subprocess.run(
             [python, "-m", f"raysub.node.{program}", "--help"],
             cwd=tmp_path,
@@ -119,7 +121,7 @@ class FakeGcs:
         self.logs = logs
 
     def get_all_node_info(self, timeout: float) -> dict[str, Any]:
-        assert timeout == gcs.TIMEOUT_S
+        assert timeout == gcs.GCS_TIMEOUT_S
         answer = self.answers.pop(0)
         if not self.answers:  # the last answer: the job ends after it
             self.logs.ended.write_text("done\n")

@@ -1,11 +1,14 @@
-# ---- shared by the batch script and the node scripts (templates/_lib.sh.j2) ----
-# The includer sets LOG_DIR, HOST and ROLE first.
-ENDED_FILE="${LOG_DIR}/{{ files.ENDED }}"
+# shellcheck shell=bash
+# raysub's shared bash (templates/lib.sh.j2): the batch script and every script it writes into LOG_DIR
+# source this one copy. The sourcing script sets LOG_DIR, HOST and ROLE first.
+# shellcheck disable=SC2317,SC2329 # shared functions: traps call some, and not every script calls each
+: "${LOG_DIR:?}" "${HOST:?}" "${ROLE:?}"
+ENDED_FILE="${LOG_DIR}/ENDED"
 # Where every file bash writes into LOG_DIR is made (docs/security.md): a directory the batch script made
 # 0700, so no default ACL and no umask decides who may open a file before its mode is set.
-STAGE="${LOG_DIR}/{{ files.STAGE_DIR }}"
-TIMELINE="${LOG_DIR}/{{ files.TIMELINE }}"
-TIMELINE_LOCK="${LOG_DIR}/{{ files.TIMELINE_LOCK }}"
+STAGE="${LOG_DIR}/.stage"
+TIMELINE="${LOG_DIR}/timeline.jsonl"
+TIMELINE_LOCK="${LOG_DIR}/timeline.lock"
 
 log() {
   printf '%(%H:%M:%S)T raysub %s on %s: %s\n' -1 "$ROLE" "$HOST" "$*" >&2
@@ -34,11 +37,11 @@ publish() {
   local target=$1 content=$2 tmp
   tmp=$(staged "$target")
   printf '%s\n' "$content" >"$tmp"
-  chmod {{ private_file_mode }} -- "$tmp"
+  chmod 0600 -- "$tmp"
   mv -f -- "$tmp" "$target"
 }
 
-# Creates (or empties) file $1 with mode $2 (a log: {{ spec.log_file_mode }}).
+# Creates (or empties) file $1 with mode $2 (a log: 0640).
 create_file() {
   local tmp
   tmp=$(staged "$1")
@@ -47,7 +50,13 @@ create_file() {
   mv -f -- "$tmp" "$1"
 }
 
-{% include "_trusted.sh.j2" %}
+# True when file $1 is this user's and nobody else may write it: a signal file a script may act on.
+trusted() {
+  local mode
+  [[ -f $1 && ! -L $1 && -O $1 ]] || return 1
+  mode=$(stat -c %a -- "$1") || return 1
+  (((8#$mode & 8#022) == 0))
+}
 
 # The content of signal file $1, once it is shown to be trusted; otherwise the job ends, naming it.
 read_trusted() {
@@ -62,7 +71,7 @@ end_job() {
   [[ ! -e $ENDED_FILE ]] || return 0
   tmp=$(staged "$ENDED_FILE")
   printf '%s\n' "$1" >"$tmp"
-  chmod {{ private_file_mode }} -- "$tmp"
+  chmod 0600 -- "$tmp"
   if ln -- "$tmp" "$ENDED_FILE" 2>/dev/null; then
     rm -f -- "$tmp"
   elif [[ -e $ENDED_FILE ]]; then
@@ -71,14 +80,14 @@ end_job() {
   else
     mv -f -- "$tmp" "$ENDED_FILE" # a filesystem without hard links
   fi
-  timeline {{ files.PHASE_ENDED }} "$1"
+  timeline ended "$1"
 }
 
 # Puts node $1 on the timeline as the cause of a failure ($2, why): raysub watch leaves it out of the
 # next job. Only for what is the node's own fault (its GPUs, its Ray, never joining), not for a node that
 # merely saw the job end.
 blame_node() {
-  timeline {{ files.PHASE_NODE_FAILED }} "${1}: ${2}"
+  timeline node_failed "${1}: ${2}"
 }
 
 # A JSON string holding $1 (control characters other than newline, CR and tab become spaces).
@@ -130,7 +139,7 @@ pause() {
 }
 
 # Waits for file $1 until second $2 of $SECONDS (0: no deadline). In its first minute it looks at most
-# every {{ spec.signal_look_cs / 100 }} s (JobSpec.signal_look_cs): a small job notices a signal file at once, and all of
+# every 0.05 s (JobSpec.signal_look_cs): a small job notices a signal file at once, and all of
 # a large one's nodes together look about a thousand times a second at most.
 # Returns 0 when it exists, 1 when ENDED appears first, 2 at the deadline.
 wait_for_file() {
@@ -146,6 +155,31 @@ wait_for_file() {
     [[ -e $file ]] && return 0
     [[ -e $ENDED_FILE ]] && return 1
     if ((deadline > 0 && SECONDS >= deadline)); then return 2; fi
-    pause {{ spec.signal_look_cs }}
+    pause 5
   done
+}
+
+# The interpreter of the 'ray' command (its console script's shebang), else python3.
+ray_python() {
+  local ray_bin shebang
+  ray_bin=$(command -v ray)
+  IFS= read -r shebang <"$ray_bin" || true
+  shebang=${shebang#\#!}
+  shebang=${shebang%% *}
+  if [[ ${shebang##*/} == python* && -x $shebang ]]; then
+    printf '%s\n' "$shebang"
+  else
+    printf 'python3\n'
+  fi
+}
+
+# Runs node program $1 (raysub/node/$1.py, which the batch script shipped into LOG_DIR) with Ray's
+# Python and the remaining arguments: LOG_DIR's copy of the package comes first on its PYTHONPATH. Not
+# the working directory, which 'python -m' would put before it (Python >= 3.11 honours PYTHONSAFEPATH):
+# a job submitted from a raysub checkout must still run the copy it shipped.
+node_program() {
+  local program=$1
+  shift
+  PYTHONSAFEPATH=1 PYTHONPATH="${LOG_DIR}/python${PYTHONPATH:+:${PYTHONPATH}}" \
+    "$(ray_python)" -m "raysub.node.${program}" "$@"
 }

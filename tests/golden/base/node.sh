@@ -1,0 +1,257 @@
+# shellcheck shell=bash
+# raysub's node bash (templates/node.sh.j2): what every node script (head, worker, sandbox) does first,
+# and the functions they share; each sources this one copy after setting ROLE.
+# shellcheck disable=SC2317,SC2329 # shared functions: traps call some, and not every script calls each
+: "${ROLE:?}"
+# Runtime values come from the batch script's environment, under internal names (raysub/protocol.py).
+from_batch() {
+  [[ -n ${!1:-} ]] || { printf 'raysub: %s is not set; run this script through the batch script\n' "$1" >&2; exit 1; }
+  printf '%s' "${!1}"
+}
+LOG_DIR=$(from_batch _RAYSUB_LOG_DIR)
+HOST=${SLURMD_NODENAME:-$(hostname -s)}
+# Every process this script starts carries this mark in its environment (Ray, the driver, whatever they
+# start), so that when the node script ends it can find and stop what escaped its process tree (setsid,
+# nohup, daemons), even where Slurm's process tracking cannot. Unique to this attempt of this job and to
+# this script: the head and a sandbox on the same node each stop only their own.
+export _RAYSUB_JOB_MARK
+_RAYSUB_JOB_MARK="$(from_batch _RAYSUB_CANARY) ${ROLE}"
+RAYSUB_MARK="_RAYSUB_JOB_MARK=$_RAYSUB_JOB_MARK"
+
+# shellcheck source=lib.sh
+source "${LOG_DIR}/lib.sh"
+# Every node must read back the token the batch script wrote: proof that LOG_DIR is shared.
+check_canary() {
+  local canary="${LOG_DIR}/raysub_canary" token=""
+  wait_for_file "$canary" $((SECONDS + 10)) || true
+  [[ -r $canary ]] && token=$(read_trusted "$canary")
+  [[ $token == "$(from_batch _RAYSUB_CANARY)" ]] ||
+    die "cannot read the canary in ${LOG_DIR}: is the log directory on a filesystem every node shares?"
+  timeline canary_ok
+}
+
+# This node's address for Ray: from --interface, else the node name's address; never loopback.
+node_ip() {
+  local ip="" iface=""
+  if [[ -n $iface ]]; then
+    ip=$(ip -4 -o addr show dev "$iface" 2>/dev/null | awk '{ split($4, a, "/"); print a[1]; exit }')
+    [[ -n $ip ]] || die "interface ${iface} has no IPv4 address on ${HOST}"
+  else
+    ip=$(getent ahostsv4 "$HOST" 2>/dev/null | awk '$1 !~ /^127\./ { print $1; exit }')
+    if [[ -z $ip ]]; then
+      ip=$(hostname -I 2>/dev/null | tr ' ' '\n' | awk '/^[0-9.]+$/ && !/^127\./ { print; exit }')
+    fi
+    [[ -n $ip ]] || die "no non-loopback IPv4 address for ${HOST}; pass --interface"
+  fi
+  printf '%s\n' "$ip"
+}
+
+# The long-running program of a node script (Ray, or the sandbox command) runs as a child, CHILD_PID,
+# rather than exec'd, so that a failed start can be retried. Whenever the script exits (a Slurm TERM
+# included) it kills that child's whole process tree, so nothing is re-parented out of Slurm's
+# process tracking, and removes the node's Ray temp dir.
+CHILD_PID=""
+TEMP_DIR=""
+TEMP_PARENT=""
+
+# True while process $1 runs (a dead child not yet reaped does not count).
+running() {
+  local stat
+  [[ -r /proc/$1/stat ]] && stat=$(<"/proc/$1/stat") || return 1
+  stat=${stat##*) }
+  [[ ${stat%% *} != Z ]]
+}
+
+# Stops a process and then its descendants, printing their PIDs: a stopped process starts no new child,
+# so the list is complete once the walk is done.
+freeze_tree() {
+  local pid=$1 child
+  kill -STOP "$pid" 2>/dev/null || return 0
+  printf '%s\n' "$pid"
+  for child in $(pgrep -P "$pid" 2>/dev/null); do freeze_tree "$child"; done
+}
+
+# Kills a process and all its descendants. Ray's own shutdown stops its processes one after the other,
+# up to a second each, and waits on a GCS that may already be gone; sent TERM all at once, they even
+# restart helpers while dying. A job that is ending needs none of that. (Init reaps the orphans.)
+kill_tree() {
+  local pids
+  pids=$(freeze_tree "$1")
+  # shellcheck disable=SC2086 # one PID per word
+  [[ -z $pids ]] || kill -KILL $pids 2>/dev/null || true
+}
+
+stop_child() {
+  [[ -n $CHILD_PID ]] || return 0
+  kill_tree "$CHILD_PID"
+  wait "$CHILD_PID" 2>/dev/null || true
+  CHILD_PID=""
+}
+
+# Kills what is left of this node's Ray even when its parent died first (and the tree walk cannot
+# reach it): every process whose command line names this node's temp dir, which only this job's Ray does.
+kill_strays() {
+  local pattern pids
+  [[ -n $TEMP_DIR ]] || return 0
+  pattern=$(printf '%s/' "$TEMP_DIR" | sed 's/[.+]/\\&/g')
+  pids=$(pgrep -f -- "$pattern" 2>/dev/null) || return 0
+  # shellcheck disable=SC2086 # one PID per word
+  kill -KILL $pids 2>/dev/null || true
+}
+
+# Kills every process of this user that carries this attempt's mark ($RAYSUB_MARK) and is not this
+# script: what the job started and Slurm could not track. Builtins only, so the sweep itself starts no
+# marked process. A process that cleared its environment is out of reach.
+sweep_marked() {
+  local dir pid entry
+  for dir in /proc/[0-9]*; do
+    pid=${dir#/proc/}
+    # Only this node's (the minicluster's nodes share one PID space but not their network namespace).
+    [[ $pid != "$$" && $pid != "$BASHPID" && -O $dir && ${dir}/ns/net -ef /proc/$$/ns/net ]] || continue
+    while IFS= read -r -d '' entry; do
+      if [[ $entry == "$RAYSUB_MARK" ]]; then
+        kill -KILL "$pid" 2>/dev/null || true
+        break
+      fi
+    done 2>/dev/null <"${dir}/environ" || true
+  done
+}
+
+cleanup() {
+  local pid helpers
+  # A second TERM (Slurm sends more than one) must not cut the clean-up short.
+  trap '' TERM INT
+  # Ray first: it is what must not outlive the job, and Slurm may not wait long.
+  stop_child
+  kill_strays
+  [[ -z $TEMP_DIR ]] || rm -rf -- "$TEMP_DIR"
+  # The job's own parent directory (one with the job id in it) goes once the last node has left it.
+  [[ -z $TEMP_PARENT ]] || rmdir -- "$TEMP_PARENT" 2>/dev/null || true
+  # The head lets its driver stop on its own first (declared in head.sh).
+  if declare -F stop_driver >/dev/null; then stop_driver; fi
+  # Background helpers (such as the head's unit counter) end with the script, children and all. Disowned
+  # first: bash would otherwise report each as "Killed", which reads like a failure in a good run's log.
+  helpers=$(jobs -p)
+  disown -a
+  for pid in $helpers; do kill_tree "$pid"; done
+  sweep_marked
+}
+trap cleanup EXIT
+# Slurm's TERM after the job has ended (ENDED exists) is the normal way out, not a failure.
+trap '[[ -e $ENDED_FILE ]] && exit 0; exit 143' TERM
+trap 'exit 130' INT
+
+# Slurm ends a step (scancel, a time limit, a requeue) by sending TERM to each of its processes, the
+# deepest first and this script last (proctrack/linuxproc's kill_tree), while the batch script's trap
+# writes ENDED: a child that died of that TERM is nobody's failure. True when a child's exit status $1
+# says TERM or HUP and the job ends (ENDED) within 5 s; this script's own TERM usually comes sooner.
+ended_by_signal() {
+  (($1 == 143 || $1 == 129)) || return 1
+  wait_for_file "$ENDED_FILE" $((SECONDS + 5))
+}
+
+# Waits for the child to exit while watching ENDED: when the job ends elsewhere, the child is killed at
+# once. Returns the child's exit status, or 0 when it was stopped because of ENDED.
+watch_child() {
+  local status=0
+  WAITED_CS=0
+  while kill -0 "$CHILD_PID" 2>/dev/null; do
+    if [[ -e $ENDED_FILE ]]; then
+      stop_child
+      return 0
+    fi
+    pause
+  done
+  wait "$CHILD_PID" || status=$?
+  CHILD_PID=""
+  return "$status"
+}
+
+# ---- end of shared functions ----
+
+# ---- Ray helpers shared by the head and worker scripts (templates/_ray.sh.j2) ----
+# This node's Ray temp dir (%j: job id, %n: node name), checked against AF_UNIX's path limit and made the
+# job's own (0700): TEMP_DIR. Nothing is read from a directory the job did not make: where the per-job
+# parent (without one, the temp dir itself) exists but is not this user's private directory, as another
+# user can arrange on a shared /tmp before the job starts, the node takes a fresh one from mktemp beside
+# it, and says so. Called once, before the first attempt.
+prepare_temp_dir() {
+  local dir=/tmp/rs-%j/%n own replaced
+  dir=${dir//%j/${SLURM_JOB_ID:-0}}
+  dir=${dir//%n/${HOST}}
+  own=${dir%/*}
+  mkdir -m 0700 -- "$own" 2>/dev/null || true
+  if ! own_dir "$own"; then
+    replaced=$own
+    own=$(mktemp -d -- "${own%/*}/rs-XXXXXX") || die "${replaced} is not this job's, and mktemp -d failed beside it"
+    log "${replaced} is not this job's own directory (another user's?); using ${own} instead"
+    timeline temp_dir_replaced "$replaced"
+    dir="${own}${dir#"${replaced}"}"
+  fi
+  TEMP_PARENT=$own
+  mkdir -m 0700 -- "$dir" 2>/dev/null || own_dir "$dir" || die "cannot make ${dir}"
+  (( ${#dir} + 68 <= 107 )) ||
+    die "Ray temp dir ${dir} is too long for Ray's socket paths; pass a shorter --ray-temp-dir"
+  TEMP_DIR=$dir
+  export TMPDIR=$TEMP_DIR
+}
+
+# True when $1 is a real directory (not a link) of this user's that nobody else may enter.
+own_dir() {
+  local mode
+  [[ -d $1 && ! -L $1 && -O $1 ]] || return 1
+  mode=$(stat -c %a -- "$1") || return 1
+  (((8#$mode & 8#077) == 0))
+}
+
+# Empties this node's temp dir of what a previous attempt left (never 'ray stop': it would stop every Ray
+# process on the machine, other jobs' included).
+# Globs, not find: a container image may have no findutils. (A glob that matches nothing stays as it is,
+# and rm -f takes it as a file that is not there.)
+clean_temp_dir() {
+  rm -rf -- "${TEMP_DIR:?}"/* "${TEMP_DIR:?}"/.[!.]* "${TEMP_DIR:?}"/..?*
+}
+
+run_setup() {
+  local setup='source /opt/venv/bin/activate'
+  [[ -z $setup ]] && return 0
+  log "running --setup"
+  eval "$setup" || die "--setup failed with status $?"
+}
+
+start_ray() {
+  ray start --block "$@" &
+  CHILD_PID=$!
+}
+
+# Options every Ray node starts with; user --ray-start-arg values come last and win. The node name is
+# the Slurm node name, so the head can tell which nodes have joined.
+ray_node_args() {
+  local ip=$1 temp=$2 gpus=$3
+  # shellcheck disable=SC2034 # the head and worker scripts start Ray with it
+  RAY_ARGS=(
+    --node-ip-address="$ip" --node-name="$HOST" --temp-dir="$temp" --num-gpus="$gpus" --disable-usage-stats
+    --node-manager-port=8076 --object-manager-port=8077
+    --metrics-export-port=8080 --runtime-env-agent-port=8268
+    --dashboard-agent-listen-port=8266
+    --dashboard-agent-grpc-port=8267
+    --min-worker-port=8300 --max-worker-port=8999
+  )
+}
+
+# The GPU preflight gate (--preflight warn, raysub/node/preflight.py): this node's GPUs,
+# as nvidia-smi sees them before Ray starts here, into preflight.jsonl. With fail, a GPU held by
+# another process or short of memory ends the job, naming it; a check that cannot run is said and passed.
+preflight_gate() {
+  local gpus=$1 said status=0
+  ((gpus > 0)) || return 0
+  said=$(node_program preflight --log-dir="$LOG_DIR" --node="$HOST" --gpus="$gpus" --mode=warn \
+    --min-free-gpu-mem=1024 --wait-gpus=0) || status=$?
+  if ((status == 3)); then
+    blame_node "$HOST" "GPU preflight: ${said}"
+    die "GPU preflight: ${said}"
+  elif ((status != 0)); then
+    log "warning: the GPU preflight check did not run (status ${status}${said:+: ${said}}); going on"
+  fi
+}
+# ---- end of Ray helpers ----

@@ -1,0 +1,162 @@
+"""The house drawn from raysub's imports (docs/architecture.md): arrows point down, never up.
+
+Floors, top to bottom: the command line (raysub.cli); the submit host's library (every other module outside
+node/ and protocol/); the node programs (raysub.node), which run on the nodes and which the submit host only
+ships, never imports; and, below both, raysub.protocol: LOG_DIR's names and formats and the readers of Ray's
+own, which imports nothing of raysub above it. Each LOG_DIR format is read and written in its one module of
+raysub.protocol; elsewhere a format's file name is only ever shown (in a message or a help text), and only
+raysub.protocol parses JSON. A default is written once.
+"""
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import raysub
+
+PACKAGE = Path(raysub.__file__).parent
+MODULES = {
+    ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(".__init__"): path
+    for path in sorted(PACKAGE.rglob("*.py"))
+}
+# The files with a format, by the name of their constant, each read and written in its module of
+# raysub.protocol; raysub.protocol itself names every file's path (LogDir).
+FORMATS = {
+    "PREFLIGHT": {"raysub.protocol.preflight_log"},
+    "METRICS": {"raysub.protocol.metrics_log"},
+    "SMOKE": {m for m in MODULES if m.startswith("raysub.protocol.smoke")},
+    "TIMELINE": set(),
+    "NODE_MAP": set(),
+    "HEALTH_PROGRESS": set(),
+    "JOB_INDEX": set(),
+}
+# JSON that is not a LOG_DIR format: what raysub watch keeps about its own submissions, in its state
+# directory.
+OWN_JSON = {"raysub.watch"}
+
+
+def floor(module: str) -> int:
+    """0 for raysub.protocol, 1 for the node programs and the library, 2 for the command line."""
+    if module == "raysub" or module.startswith("raysub.protocol"):
+        return 0
+    if module in ("raysub.cli", "raysub.__main__") or module.startswith("raysub.cli."):
+        return 2
+    return 1
+
+
+def imports(module: str) -> Iterator[str]:
+    """The raysub modules ``module`` imports, at the top or inside a function, or by importlib."""
+    for node in ast.walk(ast.parse(MODULES[module].read_text())):
+        names: list[str] = []
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+        elif isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "import_module"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+        ):
+            names = [str(node.args[0].value)]
+        yield from (name for name in names if name in MODULES and name != module)
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_no_import_points_up(module: str) -> None:
+    for imported in imports(module):
+        assert floor(imported) <= floor(module), f"{module} imports {imported}, a floor above it"
+        if module.startswith("raysub.protocol"):
+            assert imported.startswith("raysub.protocol") or imported == "raysub", (
+                f"{module} imports {imported}"
+            )
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if not m.startswith("raysub.node")))
+def test_nothing_outside_node_imports_a_node_program(module: str) -> None:
+    programs = [imported for imported in imports(module) if imported.startswith("raysub.node")]
+    assert not programs, f"{module} imports the node program(s) {programs}: ship or run it, never import it"
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if m.startswith("raysub.node")))
+def test_a_node_program_imports_only_the_programs_and_the_protocol(module: str) -> None:
+    for imported in imports(module):
+        assert imported.startswith(("raysub.node", "raysub.protocol")) or imported == "raysub", imported
+
+
+def shown_only(tree: ast.AST) -> set[int]:
+    """The ids of the nodes inside f-strings: a name there is shown, not opened."""
+    return {
+        id(inner) for node in ast.walk(tree) if isinstance(node, ast.JoinedStr) for inner in ast.walk(node)
+    }
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_a_format_is_read_and_written_only_in_its_module(module: str) -> None:
+    tree = ast.parse(MODULES[module].read_text())
+    shown = shown_only(tree)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in FORMATS and id(node) not in shown:
+            owners = {"raysub.protocol", *FORMATS[node.attr]}
+            assert module in owners, f"{module} uses {node.attr} outside {sorted(owners)}"
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "json"
+            and node.attr in ("load", "loads")
+        ):
+            assert module.startswith("raysub.protocol") or module in OWN_JSON, f"{module} parses JSON"
+
+
+def literal_defaults() -> Iterator[tuple[str, str, object]]:
+    """(module, name, value) of every module-level constant and every dataclass field given a number."""
+    for module, path in MODULES.items():
+        tree = ast.parse(path.read_text())
+        bodies = [tree.body, *(node.body for node in tree.body if isinstance(node, ast.ClassDef))]
+        for body in bodies:
+            for node in body:
+                target, value = None, None
+                if isinstance(node, ast.Assign) and len(node.targets) == 1:
+                    target, value = node.targets[0], node.value
+                elif isinstance(node, ast.AnnAssign):
+                    target, value = node.target, node.value
+                if (
+                    isinstance(target, ast.Name)
+                    and isinstance(value, ast.Constant)
+                    and type(value.value) in (int, float)
+                ):
+                    yield module, target.id, value.value
+
+
+def test_no_two_modules_define_the_same_default() -> None:
+    """The same name given a number in two modules is one default written twice (or two things sharing
+    a name): either way, one must go."""
+    seen: dict[str, str] = {}
+    for module, name, _ in literal_defaults():
+        if name.isupper():
+            assert seen.setdefault(name, module) == module, f"{name} is defined in {seen[name]} and {module}"
+
+
+def test_the_job_specs_defaults_are_not_written_again_in_a_node_program() -> None:
+    """A JobSpec default a node program also needs is a named constant both use (e.g. the preflight's
+    DEFAULT_MIN_FREE_MIB), not the same number in both."""
+    spec = {
+        value for module, name, value in literal_defaults() if module == "raysub.spec" and not name.isupper()
+    }
+    for module, path in MODULES.items():
+        if not module.startswith("raysub.node"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.keyword)
+                and node.arg == "default"
+                and isinstance(node.value, ast.Constant)
+            ):
+                value = node.value.value
+                if isinstance(value, (int, float)) and value not in (0, 1):
+                    assert value not in spec, (
+                        f"{module}: an option's default {value!r} is a JobSpec default too"
+                    )
