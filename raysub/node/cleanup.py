@@ -12,9 +12,9 @@ someone else's (a user attached to the job), and is left alone. For those jobs, 
    its process (a restartable one may then come back, and is killed again until the time is up);
 2. every placement group that is not removed is removed (a detached one outlives its driver too);
 3. none of their Ray worker processes stays alive on any node. Ray stops a dead job's workers itself;
-   whatever still runs WORKER_GRACE_S after the start is killed by a task on its node. Their workers are
-   the processes that ran their actors and tasks (ray.util.state's list_workers does not say whose a
-   worker is), matched by node and pid against list_workers;
+   whatever still runs --worker-grace seconds after the start is killed by a task on its node. Their
+   workers are the processes that ran their actors and tasks (ray.util.state's list_workers does not say
+   whose a worker is), matched by node and pid against list_workers;
 4. on every node where nvidia-smi is, no GPU compute process is one of those workers (the same task asks
    nvidia-smi, with the GPU preflight's query and parser: raysub/node/preflight.py).
 
@@ -48,11 +48,6 @@ from raysub.protocol.preflight_log import Process
 from raysub.protocol.smoke_report import Node, one_line
 
 CLEANUP_FAILED = 1
-CLEANUP_TIMEOUT_S = 60.0
-# Ray itself kills the workers of a job whose driver died, within a second or two: a kill of ours before
-# then would race it, and say "killed" of what Ray was stopping anyway.
-WORKER_GRACE_S = 5.0
-LOOK_AGAIN_S = 0.5
 # The most records one state API call returns (Ray's own ceiling, RAY_MAX_LIMIT_FROM_API_SERVER).
 LIST_LIMIT = 10_000
 # Past --timeout, the program exits whatever Ray is doing (a call that ignores its own timeout, say):
@@ -242,12 +237,25 @@ def where(pids: Mapping[str, Iterable[int]], names: Mapping[str, str]) -> str:
 # ---- the clean-up ----
 
 
-class Cleanup:
-    """One clean-up of ``jobs`` on ``cluster``, within ``deadline`` (time.monotonic())."""
+@dataclass(frozen=True)
+class Pace:
+    """How long a clean-up may take in all, how long Ray gets to stop a dead job's workers itself (a kill of
+    ours before then would race it, and say "killed" of what Ray was stopping anyway), and how often it
+    looks again; and how long nvidia-smi may take on a node (seconds; the head passes JobSpec.timing's)."""
 
-    def __init__(self, cluster: Cluster, jobs: list[str], deadline: float) -> None:
+    timeout: float
+    worker_grace: float
+    look: float
+    nvidia_smi_timeout: float
+
+
+class Cleanup:
+    """One clean-up of ``jobs`` on ``cluster``, at ``pace``."""
+
+    def __init__(self, cluster: Cluster, jobs: list[str], pace: Pace) -> None:
         self.cluster = cluster
-        self.deadline = deadline
+        self.pace = pace
+        self.deadline = time.monotonic() + pace.timeout
         self.outcome = Outcome(jobs=jobs)
         self.names = {node.node_id: node.name for node in cluster.nodes()}
         self.keys: set[NodePid] = set()
@@ -303,9 +311,9 @@ class Cleanup:
 
     def rounds(self) -> None:
         """Rounds until none of the jobs' actors lives, none of their workers is alive and none holds a
-        GPU. Ray stops a dead job's workers itself, so for WORKER_GRACE_S a round only looks; after that
-        it kills what is left, on its node. A process seen on a GPU is killed in the next round."""
-        grace_end = time.monotonic() + WORKER_GRACE_S
+        GPU. Ray stops a dead job's workers itself, so for the pace's worker_grace a round only looks;
+        after that it kills what is left, on its node. A process seen on a GPU is killed in the next round."""
+        grace_end = time.monotonic() + self.pace.worker_grace
         force: dict[str, list[int]] = {}
         while True:
             live, unnamed = self.live_actors()
@@ -325,7 +333,7 @@ class Cleanup:
                 self.left(live, alive, held)
                 self.unchecked(answers)
                 return
-            time.sleep(LOOK_AGAIN_S)
+            time.sleep(self.pace.look)
 
     def look(self, answers: Mapping[str, NodeAnswer | None]) -> dict[str, list[Process]]:
         """Records what a round killed; returns the jobs' workers it saw on the GPUs."""
@@ -358,12 +366,11 @@ class Cleanup:
                 self.outcome.note(f"on {name}: {answer.gpu.failure()}", left=True)
 
 
-def clean(cluster: Cluster, since: float, own: str, node_ip: str, timeout: float) -> Outcome:
-    deadline = time.monotonic() + timeout
-    jobs = previous_jobs(cluster.jobs(timeout), since, own, node_ip)
+def clean(cluster: Cluster, since: float, own: str, node_ip: str, pace: Pace) -> Outcome:
+    jobs = previous_jobs(cluster.jobs(pace.timeout), since, own, node_ip)
     if not jobs:
         return Outcome()
-    return Cleanup(cluster, jobs, deadline).run()
+    return Cleanup(cluster, jobs, pace).run()
 
 
 # ---- on each node: a Ray task ----
@@ -412,19 +419,20 @@ def on_node(kill: list[int], query: list[str], nvidia_timeout: float) -> tuple[l
     return killed, done.returncode, done.stdout if done.stdout.strip() else done.stderr
 
 
-def node_answer(killed: list[int], status: int | None, output: str) -> NodeAnswer:
+def node_answer(killed: list[int], status: int | None, output: str, nvidia_timeout: float) -> NodeAnswer:
     """on_node's answer as a record: nvidia-smi's part as the GPU preflight's Answer."""
-    gpu = None if status is None else preflight.Answer(None if status < 0 else status, output)
+    gpu = None if status is None else preflight.Answer(None if status < 0 else status, output, nvidia_timeout)
     return NodeAnswer(list(killed), gpu)
 
 
 class RayCluster:
     """Cluster through Ray's public APIs, from a process connected to the job's Ray."""
 
-    def __init__(self) -> None:
+    def __init__(self, nvidia_smi_timeout: float) -> None:
         import ray
         from ray.util import state
 
+        self.nvidia_smi_timeout = nvidia_smi_timeout
         self.ray: Any = ray
         self.state: Any = state
         # By value: the node task must not need raysub where it runs (a module's functions otherwise travel
@@ -513,7 +521,7 @@ class RayCluster:
         """on_node on every alive node at once; None for a node that did not answer in time."""
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        nvidia_timeout = min(timeout, preflight.NVIDIA_SMI_TIMEOUT_S)
+        nvidia_timeout = min(timeout, self.nvidia_smi_timeout)
         refs = {}
         for node in self.nodes():
             pinned = self.task.options(
@@ -526,7 +534,8 @@ class RayCluster:
         answers: dict[str, NodeAnswer | None] = dict.fromkeys(refs.values())
         for ref in ready:
             try:
-                answers[refs[ref]] = node_answer(*self.ray.get(ref, timeout=timeout))
+                killed, status, output = self.ray.get(ref, timeout=timeout)
+                answers[refs[ref]] = node_answer(killed, status, output, nvidia_timeout)
             except self.ray.exceptions.RayError:
                 continue
         return answers
@@ -548,20 +557,20 @@ def stop_at(seconds: float) -> threading.Timer:
     return timer
 
 
-def run(since: float, timeout: float) -> Outcome:
+def run(since: float, pace: Pace) -> Outcome:
     """Connects to the job's Ray (RAY_ADDRESS), cleans up, disconnects."""
     import ray
 
     address = os.environ.get("RAY_ADDRESS") or "auto"
     try:
-        gcs_answers(address, timeout)
+        gcs_answers(address, pace.timeout)
         ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
     except Exception as error:
         return Outcome(problem=f"cannot connect to Ray at {address}: {one_line(error)}")
     outcome = Outcome()
     try:
-        cluster = RayCluster()
-        outcome = clean(cluster, since, cluster.own_job(), cluster.node_ip(), timeout)
+        cluster = RayCluster(pace.nvidia_smi_timeout)
+        outcome = clean(cluster, since, cluster.own_job(), cluster.node_ip(), pace)
     except Exception as error:  # the state API without a dashboard, a Ray that changed: said, not raised
         outcome.problem = f"{type(error).__name__}: {one_line(error)}"
     finally:
@@ -578,19 +587,20 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--since", type=float, required=True, help="when the previous driver run started (epoch seconds)"
     )
+    # The head passes the pace (JobSpec.timing), the one place it is written.
+    parser.add_argument("--timeout", type=float, required=True, help="seconds it may take")
     parser.add_argument(
-        "--timeout",
-        type=float,
-        default=CLEANUP_TIMEOUT_S,
-        help=f"seconds it may take (default {CLEANUP_TIMEOUT_S:.0f})",
+        "--worker-grace", type=float, required=True, help="seconds Ray gets to stop the workers itself"
     )
+    parser.add_argument("--look", type=float, required=True, help="seconds between two looks at what is left")
+    parser.add_argument("--nvidia-smi-timeout", type=float, required=True, help="seconds nvidia-smi may take")
     return parser.parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse(argv)
     stop_at(args.timeout + HARD_STOP_MARGIN_S)
-    outcome = run(args.since, args.timeout)
+    outcome = run(args.since, Pace(args.timeout, args.worker_grace, args.look, args.nvidia_smi_timeout))
     print(outcome.line(), flush=True)
     return 0 if outcome.ok else CLEANUP_FAILED
 

@@ -19,35 +19,46 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from importlib.machinery import ModuleSpec
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-# Set by the head for the early driver only; the names are mirrored in raysub/protocol.py.
+# Set by the head for the early driver only; the names are mirrored in raysub/protocol/__init__.py.
 ENV_OPEN = "_RAYSUB_DRIVER_GATE"  # the file whose existence opens the gate (LOG_DIR/DRIVER_STARTED)
 ENV_ENDED = "_RAYSUB_DRIVER_GATE_ENDED"  # the file that says the job is ending (LOG_DIR/ENDED)
 ENV_PYTHONPATH = "_RAYSUB_DRIVER_PYTHONPATH"  # the driver's PYTHONPATH without the gate's directory
-
-# A look every 20 ms: the gate's latency is part of every bring-up, and a stat on the head is cheap.
-GATE_POLL_S = 0.02
-
-
-def wait_open(opened: str, ended: str, poll: float = GATE_POLL_S) -> None:
-    """Returns once ``opened`` exists; raises SystemExit if ``ended`` appears first."""
-    while not Path(opened).exists():
-        if Path(ended).exists():
-            raise SystemExit(f"raysub: the job ended before the cluster was whole ({ended})")
-        time.sleep(poll)
+# How often the gate looks for its file, in seconds (JobSpec.timing.gate_poll_s): its latency is part of
+# every bring-up, and a stat on the head is cheap.
+ENV_POLL = "_RAYSUB_DRIVER_GATE_POLL"
 
 
-def gated(init: Callable[..., Any], opened: str, ended: str) -> Callable[..., Any]:
+@dataclass(frozen=True)
+class Gate:
+    """What holds the driver's ray.init: the file that opens it, the file that ends the job, how often
+    to look."""
+
+    opened: str
+    ended: str
+    poll: float
+
+
+def wait_open(gate: Gate) -> None:
+    """Returns once the gate's file exists; raises SystemExit if ENDED appears first."""
+    while not Path(gate.opened).exists():
+        if Path(gate.ended).exists():
+            raise SystemExit(f"raysub: the job ended before the cluster was whole ({gate.ended})")
+        time.sleep(gate.poll)
+
+
+def gated(init: Callable[..., Any], gate: Gate) -> Callable[..., Any]:
     """``ray.init`` that connects at once and returns once the gate is open."""
 
     @functools.wraps(init)
     def init_when_whole(*args: Any, **kwargs: Any) -> Any:
         context = init(*args, **kwargs)
-        wait_open(opened, ended)
+        wait_open(gate)
         return context
 
     return init_when_whole
@@ -57,8 +68,8 @@ class GatedLoader:
     """The loader of the ``ray`` package, which replaces ``ray.init`` once the package has run; every
     other attribute is the real loader's."""
 
-    def __init__(self, inner: Any, opened: str, ended: str) -> None:
-        self.inner, self.opened, self.ended = inner, opened, ended
+    def __init__(self, inner: Any, gate: Gate) -> None:
+        self.inner, self.gate = inner, gate
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -69,14 +80,14 @@ class GatedLoader:
 
     def exec_module(self, module: ModuleType) -> None:
         self.inner.exec_module(module)
-        module.init = gated(module.init, self.opened, self.ended)  # type: ignore[attr-defined]
+        module.init = gated(module.init, self.gate)  # type: ignore[attr-defined]
 
 
 class RayFinder:
     """A meta path finder that finds ``ray`` as the others would, with a GatedLoader; once."""
 
-    def __init__(self, opened: str, ended: str) -> None:
-        self.opened, self.ended = opened, ended
+    def __init__(self, gate: Gate) -> None:
+        self.gate = gate
 
     def find_spec(self, name: str, path: Any = None, target: ModuleType | None = None) -> ModuleSpec | None:
         if name != "ray":
@@ -86,7 +97,7 @@ class RayFinder:
             find = getattr(finder, "find_spec", None)
             spec: ModuleSpec | None = find(name, path, target) if find else None
             if spec is not None and spec.loader is not None:
-                spec.loader = GatedLoader(spec.loader, self.opened, self.ended)  # type: ignore[assignment]
+                spec.loader = GatedLoader(spec.loader, self.gate)  # type: ignore[assignment]
                 return spec
         return None
 
@@ -118,9 +129,10 @@ def chain_sitecustomize() -> None:
 def install() -> None:
     """What loading this file as ``sitecustomize`` does."""
     opened, ended = os.environ.pop(ENV_OPEN, ""), os.environ.pop(ENV_ENDED, "")
+    poll = os.environ.pop(ENV_POLL, "")
     if opened:
         restore_pythonpath()
-        sys.meta_path.insert(0, RayFinder(opened, ended))
+        sys.meta_path.insert(0, RayFinder(Gate(opened, ended, float(poll))))
     chain_sitecustomize()
 
 

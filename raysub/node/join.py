@@ -35,8 +35,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-WAKE = signal.SIGCONT  # the worker script's "the address is there"
-LOOK_S = 0.25  # and a look this often without it
+WAKE = signal.SIGCONT  # the worker script's "the address is there"; without it, a look every --look seconds
 
 
 def ray_argv(address: str, args: Sequence[str]) -> list[str]:
@@ -44,7 +43,7 @@ def ray_argv(address: str, args: Sequence[str]) -> list[str]:
     return ["ray", "start", f"--address={address}", *args]
 
 
-def wait_address(path: Path, parent: int, look: float = LOOK_S) -> str | None:
+def wait_address(path: Path, parent: int, look: float) -> str | None:
     """The address in ``path`` once it exists; None if the process ``parent`` (the node script that
     writes it) is gone first, or the file is empty. Woken at once by WAKE, which it blocks meanwhile."""
     signal.pthread_sigmask(signal.SIG_BLOCK, {WAKE})
@@ -145,13 +144,14 @@ def join(
     the CPU nobody else wants), then runs it on that address; 0 without one."""
     parser = argparse.ArgumentParser(prog="join.py", description=__doc__)
     parser.add_argument("--address-file", type=Path, required=True, help="where the head's address comes")
+    parser.add_argument("--look", type=float, required=True, help="seconds between looks without a SIGCONT")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="-- and the arguments of `ray start`")
     options = parser.parse_args(argv)
     if background is not None:
         background.lower()
     loader = Loader(load)
     loader.start()
-    address = wait_address(options.address_file, parent)
+    address = wait_address(options.address_file, parent, options.look)
     if address is None:
         return 0
     if background is not None and not background.restore():

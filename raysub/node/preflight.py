@@ -1,7 +1,8 @@
 """The GPU preflight gate: before ``ray start``, are this node's GPUs there, and free?
 
 Run by the head and worker scripts as ``python -m raysub.node.preflight --log-dir DIR --node NAME --gpus N
---mode warn|fail [--min-free-gpu-mem MIB] [--wait-gpus SECONDS]``, before Ray starts on the node. It asks
+--mode warn|fail [--min-free-gpu-mem MIB] [--wait-gpus SECONDS] --first-pause S --max-pause S
+--nvidia-smi-timeout S``, before Ray starts on the node (the head passes the timings). It asks
 nvidia-smi for the GPUs (GPU_QUERY) and for the processes on them (APPS_QUERY), and finds:
 
 - error: nvidia-smi fails (driver not loaded, no devices, driver/library version mismatch, ...: its own
@@ -12,10 +13,11 @@ nvidia-smi for the GPUs (GPU_QUERY) and for the processes on them (APPS_QUERY), 
 - info: no nvidia-smi on PATH (then nothing else is checked and the gate passes); a GPU that does not report
   its utilisation (MIG-enabled GPUs never do).
 
-With ``--wait-gpus S`` it checks again while an error remains, after 1, 2, 4, ... s (at most MAX_PAUSE_S
-apart), until none remains or S seconds have passed. Every check appends one line to LOG_DIR/preflight.jsonl,
-whose format, writer and reader are raysub/protocol/preflight_log.py. The verdict is ``fail`` when an error
-remains and ``--mode fail``, ``warn`` when any error or warning remains, ``ok`` otherwise.
+With ``--wait-gpus S`` it checks again while an error remains, after --first-pause seconds, twice that, and
+so on (at most --max-pause apart), until none remains or S seconds have passed. Every check appends one line
+to LOG_DIR/preflight.jsonl, whose format, writer and reader are raysub/protocol/preflight_log.py. The
+verdict is ``fail`` when an error remains and ``--mode fail``, ``warn`` when any error or warning remains,
+``ok`` otherwise.
 
 Exit status, and stdout (the node script ends the job with what is printed, adding "<role> on <node>: "):
 
@@ -43,6 +45,7 @@ parser reads every form: with or without a header, units in the header or on the
 from __future__ import annotations
 
 import argparse
+import functools
 import re
 import shutil
 import subprocess
@@ -63,10 +66,6 @@ from raysub.protocol.preflight_log import (
     Process,
     append_check,
 )
-
-FIRST_PAUSE_S = 1.0  # --wait-gpus: the pause before the second check, doubled for each next one
-MAX_PAUSE_S = 30.0
-NVIDIA_SMI_TIMEOUT_S = 60.0  # a GPU that fell off the bus can make nvidia-smi hang for minutes
 
 GPU_FIELDS = (
     *("index", "uuid", "name", "utilization.gpu", "memory.used", "memory.total", "temperature.gpu"),
@@ -202,15 +201,16 @@ def attach(gpus: Sequence[Gpu], processes: Sequence[Process]) -> tuple[list[Gpu]
 @dataclass(frozen=True)
 class Answer:
     """What nvidia-smi said (stdout, or stderr when stdout is empty) and its exit status (None: it did not
-    answer in time)."""
+    answer within ``timeout`` seconds)."""
 
     status: int | None
     output: str
+    timeout: float | None = None
 
     def failure(self) -> str | None:
         """One line saying how it failed, in its own words; None when it did not."""
         if self.status is None:
-            return f"nvidia-smi did not answer within {NVIDIA_SMI_TIMEOUT_S:.0f} s"
+            return f"nvidia-smi did not answer within {self.timeout or 0:.0f} s"
         if self.status == 0:
             return None
         said = " ".join(self.output.split()) or "nothing"
@@ -220,8 +220,9 @@ class Answer:
 Query = Callable[[Sequence[str]], Optional[Answer]]
 
 
-def nvidia_smi(args: Sequence[str]) -> Answer | None:
-    """Runs ``nvidia-smi ARGS``; None when there is no nvidia-smi on PATH."""
+def nvidia_smi(args: Sequence[str], timeout: float) -> Answer | None:
+    """Runs ``nvidia-smi ARGS``, for ``timeout`` seconds at most (a GPU that fell off the bus can make it
+    hang for minutes); None when there is no nvidia-smi on PATH."""
     path = shutil.which("nvidia-smi")
     if path is None:
         return None
@@ -231,11 +232,11 @@ def nvidia_smi(args: Sequence[str]) -> Answer | None:
             capture_output=True,
             text=True,
             errors="replace",
-            timeout=NVIDIA_SMI_TIMEOUT_S,
+            timeout=timeout,
             check=False,
         )
     except subprocess.TimeoutExpired:
-        return Answer(None, "")
+        return Answer(None, "", timeout)
     except OSError as error:
         return Answer(126, str(error))
     return Answer(done.returncode, done.stdout if done.stdout.strip() else done.stderr)
@@ -318,15 +319,16 @@ def first_error(check: Check, waited: float) -> str:
 
 def gate(
     args: argparse.Namespace,
-    query: Query = nvidia_smi,
+    query: Query | None = None,
     clock: Callable[[], float] = time.time,
     sleep: Callable[[float], None] = time.sleep,
 ) -> Check:
     """Checks the GPUs until no error remains or --wait-gpus has passed; each check goes to preflight.jsonl.
     Returns the last check."""
     path = protocol.LogDir(args.log_dir).preflight
+    query = query or functools.partial(nvidia_smi, timeout=args.nvidia_smi_timeout)
     deadline = clock() + args.wait_gpus
-    pause = FIRST_PAUSE_S
+    pause = args.first_pause
     count = 0
     while True:
         count += 1
@@ -345,7 +347,7 @@ def gate(
             file=sys.stderr,
         )
         sleep(wait)
-        pause = min(pause * 2, MAX_PAUSE_S)
+        pause = min(pause * 2, args.max_pause)
 
 
 def _not_negative(value: str) -> float:
@@ -382,6 +384,16 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
         default=0.0,
         metavar="SECONDS",
         help="check again, backing off, until the GPUs are free or this long has passed (default: 0)",
+    )
+    # The head passes these (JobSpec.timing), the one place they are written.
+    parser.add_argument(
+        "--first-pause", type=_not_negative, required=True, help="seconds before the 2nd check"
+    )
+    parser.add_argument(
+        "--max-pause", type=_not_negative, required=True, help="seconds between checks at most"
+    )
+    parser.add_argument(
+        "--nvidia-smi-timeout", type=_not_negative, required=True, help="seconds nvidia-smi may take"
     )
     return parser.parse_args(argv)
 

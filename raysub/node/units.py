@@ -32,9 +32,6 @@ from raysub.protocol import gcs
 from raysub.protocol.ray_metrics import gcs_endpoints
 
 UNPROTECTED = 3
-READY_LOOK_S = 0.02  # for the address file: a stat of a node-local file
-BRISK_S = 0.05  # until every unit has joined: one cheap read of the node table
-SLOW_S = 5.0  # afterwards
 
 
 def token_enforced() -> bool:
@@ -92,7 +89,7 @@ def count(
             idle = sidecar.IdleWatch(args.idle_threshold, args.idle_after)
             sidecar.start(counter.logs, args.node, args.monitor_interval, idle, gcs_endpoints(address), going)
             monitor = False
-        sleep(SLOW_S if whole else BRISK_S)
+        sleep(args.slow if whole else args.brisk)
 
 
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -111,7 +108,13 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--monitor-interval", type=float, help="with it, the monitor sidecar: seconds between its snapshots"
     )
-    # No defaults here: the head passes render's (JobSpec's), the one place they are written.
+    # No defaults here or below: the head passes render's (JobSpec and its Timing), the one place they are
+    # written.
+    parser.add_argument(
+        "--ready-look", type=float, required=True, help="seconds between looks for the address"
+    )
+    parser.add_argument("--brisk", type=float, required=True, help="seconds between reads until all joined")
+    parser.add_argument("--slow", type=float, required=True, help="seconds between reads afterwards")
     parser.add_argument("--idle-threshold", type=float, help="GPU utilisation %% below which it idles")
     parser.add_argument("--idle-after", type=float, help="seconds of idling before the warning")
     args = parser.parse_args(argv)
@@ -127,7 +130,7 @@ def main(argv: Sequence[str] | None = None, background: Background | None = None
         if background is not None:
             background.lower()
         gcs.load()  # first: a Ray without this API is no Ray to check the token of
-        address = wait_address(args.address_file, parent, look=READY_LOOK_S)
+        address = wait_address(args.address_file, parent, args.ready_look)
         if address is None:
             return 0
         if background is not None and not background.restore():

@@ -24,6 +24,7 @@ from raysub.node import cleanup, preflight
 from raysub.node.cleanup import Actor, Cleanup, Group, Job, NodeAnswer, Outcome, Worker
 from raysub.protocol.preflight_log import Process
 from raysub.protocol.smoke_report import Node
+from raysub.spec import JobSpec
 from tests.support.prereq import REPO
 
 FIXTURES = REPO / "tests" / "fixtures" / "nvidia-smi"
@@ -109,10 +110,10 @@ def test_only_the_jobs_workers_count_among_the_gpu_processes() -> None:
 
 
 def test_an_answer_of_the_node_task_becomes_the_preflights_answer() -> None:
-    assert cleanup.node_answer([5], None, "") == NodeAnswer([5], None)
-    assert cleanup.node_answer([], 0, "x") == NodeAnswer([], preflight.Answer(0, "x"))
-    timed_out = cleanup.node_answer([], -1, "")
-    assert timed_out.gpu is not None and "did not answer" in (timed_out.gpu.failure() or "")
+    assert cleanup.node_answer([5], None, "", 10) == NodeAnswer([5], None)
+    assert cleanup.node_answer([], 0, "x", 10) == NodeAnswer([], preflight.Answer(0, "x", 10))
+    timed_out = cleanup.node_answer([], -1, "", 10)
+    assert timed_out.gpu is not None and timed_out.gpu.failure() == "nvidia-smi did not answer within 10 s"
 
 
 # ---- the rounds, against a fake cluster ----
@@ -186,10 +187,12 @@ class FakeCluster:
         return answers
 
 
-@pytest.fixture(autouse=True)
-def quick(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cleanup, "WORKER_GRACE_S", 0.2)
-    monkeypatch.setattr(cleanup, "LOOK_AGAIN_S", 0.01)
+TIMING = JobSpec(nodes=2).timing.program_args("cleanup")
+
+
+def quick(timeout: float) -> cleanup.Pace:
+    """A pace for tests: a short grace and quick looks."""
+    return cleanup.Pace(timeout, worker_grace=0.2, look=0.01, nvidia_smi_timeout=10)
 
 
 def scene(**changes: object) -> FakeCluster:
@@ -215,7 +218,7 @@ def scene(**changes: object) -> FakeCluster:
 
 def test_a_clean_up_kills_the_actors_removes_the_groups_and_kills_the_workers_ray_left() -> None:
     cluster = scene()
-    outcome = cleanup.clean(cluster, SINCE, "07000000", HEAD_IP, timeout=10)
+    outcome = cleanup.clean(cluster, SINCE, "07000000", HEAD_IP, quick(10))
     assert outcome.ok, outcome.line()
     assert ("kill_actor", "keeper") in cluster.calls
     assert ("remove_group", "pgkeep") in cluster.calls
@@ -233,14 +236,14 @@ def test_a_clean_up_kills_the_actors_removes_the_groups_and_kills_the_workers_ra
 
 def test_workers_ray_stops_itself_within_the_grace_are_not_killed() -> None:
     cluster = scene(actors_=[], alive={("n2", 21)}, ray_stops={("n2", 21)}, on_gpu={})
-    outcome = cleanup.clean(cluster, SINCE, "07000000", HEAD_IP, timeout=10)
+    outcome = cleanup.clean(cluster, SINCE, "07000000", HEAD_IP, quick(10))
     assert outcome.line() == "Ray job 02000000: removed detached placement group pgkeep"
     assert [kill for call, kill in cluster.calls if call == "on_nodes"] == [{}]
 
 
 def test_what_will_not_die_is_said_when_the_time_is_up() -> None:
     cluster = scene(stubborn=frozenset({21}))
-    outcome = cleanup.clean(cluster, SINCE, "07000000", HEAD_IP, timeout=0.5)
+    outcome = cleanup.clean(cluster, SINCE, "07000000", HEAD_IP, quick(0.5))
     assert not outcome.ok
     assert outcome.line().endswith(
         "; still there: Ray workers 21 on node2; on the GPUs of node2: pid 21 (python3, 30000 MiB)"
@@ -249,7 +252,7 @@ def test_what_will_not_die_is_said_when_the_time_is_up() -> None:
 
 def test_no_job_of_the_previous_run_is_nothing_to_do() -> None:
     cluster = scene()
-    assert cleanup.clean(cluster, SINCE + 3600, "07000000", HEAD_IP, timeout=1).line() == (
+    assert cleanup.clean(cluster, SINCE + 3600, "07000000", HEAD_IP, quick(1)).line() == (
         "no Ray job of the previous run"
     )
     assert cluster.calls == []
@@ -262,7 +265,7 @@ def test_a_failed_kill_is_said_and_does_not_stop_the_rest() -> None:
         raise RuntimeError("the GCS said no")
 
     cluster.kill_actor = refuse  # type: ignore[method-assign]
-    outcome = Cleanup(cluster, ["02000000"], time.monotonic() + 0.5).run()
+    outcome = Cleanup(cluster, ["02000000"], quick(0.5)).run()
     assert "could not kill detached actor keeper: the GCS said no" in outcome.left
     assert ("remove_group", "pgkeep") in cluster.calls
 
@@ -276,7 +279,7 @@ def test_the_outcome_says_why_it_could_not_check() -> None:
 def test_without_ray_at_the_address_it_says_so_and_fails(monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("ray")
     monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:1")  # nothing listens there: refused at once
-    outcome = cleanup.run(SINCE, timeout=5)
+    outcome = cleanup.run(SINCE, quick(5))
     assert outcome.problem is not None and outcome.problem.startswith("cannot connect to Ray at 127.0.0.1:1")
 
 
@@ -466,7 +469,7 @@ def test_a_real_ray_is_left_with_nothing_of_a_killed_driver(ray_head: RayHead, t
         f"app {pids['keeper']}, /usr/bin/python3, 30000, GPU-00000000-0000-4000-8000-000000000000\n"
     )
     env = {**ray_head.env, "PYTHONPATH": str(REPO)}
-    command = [sys.executable, "-m", "raysub.node.cleanup", f"--since={since}", "--timeout=60"]
+    command = [sys.executable, "-m", "raysub.node.cleanup", f"--since={since}", *TIMING]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=150, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     said = done.stdout.strip()

@@ -133,3 +133,17 @@ def test_every_file_of_log_dir_is_in_the_table() -> None:
     for name, value in protocol.template_names().items():
         if not name.startswith(NOT_FILES) and name not in ("NODE_PYTHON_DIR", "DRIVER_GATE_DIR"):
             assert value in documented, f"protocol.{name} ({value}) is not in file_table.FILES"
+
+
+def test_architecture_states_the_script_sizes_as_measured() -> None:
+    from raysub.render import PAYLOAD_LINE, render
+    from tests.unit.test_payload import BIGGEST, PLAIN
+
+    rows = []
+    for name, spec in (("plain: 2 nodes, `-- python train.py`", PLAIN), ("biggest combination", BIGGEST)):
+        script = render(spec)
+        readable = script.partition(PAYLOAD_LINE)[0].count("\n")
+        rows.append((name, str(readable), str(script.count("\n")), f"{len(script.encode()) // 1024} KiB"))
+    table = markdown_table(("job", "lines before the PAYLOAD line", "lines in all", "size"), rows)
+    check_generated(REPO / "docs" / "architecture.md", "script sizes", table)
+

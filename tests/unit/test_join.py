@@ -13,10 +13,19 @@ import pytest
 
 from raysub.node import join
 from raysub.protocol import write_atomic
+from raysub.spec import JobSpec
+
+LOOK = JobSpec(nodes=2).timing.join_look_s
 
 
 def joiner_argv(address_file: Path, *ray_args: str) -> list[str]:
-    return ["--address-file", str(address_file), "--", *ray_args]
+    return [
+        "--address-file",
+        str(address_file),
+        *JobSpec(nodes=2).timing.program_args("join"),
+        "--",
+        *ray_args,
+    ]
 
 
 def test_it_runs_ray_start_with_the_address_that_arrives_and_the_arguments_it_was_given(
@@ -153,7 +162,7 @@ def test_ray_loads_with_the_least_cpu_and_starts_with_the_usual_share(tmp_path: 
 def test_an_empty_address_starts_nothing(tmp_path: Path, content: str) -> None:
     address_file = tmp_path / "raysub_head_address"
     address_file.write_text(content)
-    assert join.wait_address(address_file, os.getppid()) is None
+    assert join.wait_address(address_file, os.getppid(), LOOK) is None
 
 
 def test_the_worker_scripts_sigcont_wakes_it_at_once(tmp_path: Path) -> None:
@@ -182,6 +191,6 @@ def test_an_address_file_others_could_have_written_is_refused(tmp_path: Path, mo
     address.write_text("10.6.6.6:6379\n")
     address.chmod(mode)
     with pytest.raises(PermissionError, match=f"refusing {address}"):
-        join.wait_address(address, os.getppid())
+        join.wait_address(address, os.getppid(), LOOK)
     address.chmod(0o600)
-    assert join.wait_address(address, os.getppid()) == "10.6.6.6:6379"
+    assert join.wait_address(address, os.getppid(), LOOK) == "10.6.6.6:6379"

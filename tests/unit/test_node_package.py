@@ -21,6 +21,7 @@ from raysub.render import node_library
 from raysub.spec import JobSpec
 from tests.support.batch import run_batch_script
 
+TIMING = JobSpec(nodes=2).timing.program_args("units")
 SHIPPED = {name.removeprefix(f"{protocol.NODE_PYTHON_DIR}/"): path for name, path in node_library()}
 # What Ray's Python has besides the standard library (prometheus_client comes with ray[default]).
 THIRD_PARTY = {"ray", "prometheus_client"}
@@ -133,7 +134,7 @@ class FakeGcs:
 def arguments(logs: protocol.LogDir, kind: str = "gpu", auth: str = "none", *more: str) -> Namespace:
     return units.parse(
         [f"--log-dir={logs.path}", f"--address-file={logs.path / 'address'}", "--expected=16",
-         f"--kind={kind}", f"--auth={auth}", "--node=node1", *more]
+         f"--kind={kind}", f"--auth={auth}", "--node=node1", *TIMING, *more]
     )  # fmt: skip
 
 
@@ -150,7 +151,12 @@ def test_the_counter_publishes_units_nodes_and_joins(tmp_path: Path) -> None:
     assert logs.joined_nodes() == ["node1", "node2"]
     joined = [(e.phase, e.node, e.detail) for e in logs.timeline()]
     assert joined == [(protocol.PHASE_WORKER_JOINED, "node1", n) for n in ("node1", "node2")]
-    assert sleeps == [units.BRISK_S, units.BRISK_S, units.SLOW_S]  # slow once all 16 GPUs joined
+    timing = JobSpec(nodes=2).timing
+    assert sleeps == [
+        timing.units_brisk_s,
+        timing.units_brisk_s,
+        timing.units_slow_s,
+    ]  # slow once all 16 GPUs joined
 
 
 def test_the_counter_starts_the_monitor_sidecar_once_every_unit_joined(
@@ -183,7 +189,7 @@ def test_without_gpus_the_counter_counts_nodes(tmp_path: Path) -> None:
 def main_argv(logs: protocol.LogDir, auth: str = "none") -> list[str]:
     address_file = logs.path / "raysub_head_address"
     return [f"--log-dir={logs.path}", f"--address-file={address_file}", "--expected=1", "--kind=gpu",
-            f"--auth={auth}", "--node=n"]  # fmt: skip
+            f"--auth={auth}", "--node=n", *TIMING]  # fmt: skip
 
 
 def test_it_loads_ray_first_then_waits_for_the_heads_address_and_reads_that_gcs(

@@ -21,6 +21,7 @@ from raysub.node import preflight
 from raysub.node.preflight import Answer
 from raysub.protocol import preflight_log
 from raysub.protocol.preflight_log import Check, Finding, Gpu, Process
+from raysub.spec import JobSpec
 from tests.support.batch import FAKES
 from tests.support.prereq import REPO
 from tests.unit.test_job_watch import FakeClock
@@ -55,9 +56,12 @@ def ok(name: str) -> Answer:
     return Answer(0, sample(name))
 
 
+TIMING = JobSpec(nodes=2).timing.program_args("preflight")
+
+
 def arguments(log_dir: Path, *extra: str, gpus: int = 8, mode: str = "fail") -> argparse.Namespace:
     return preflight.parse(
-        [f"--log-dir={log_dir}", "--node=node3", f"--gpus={gpus}", f"--mode={mode}", *extra]
+        [f"--log-dir={log_dir}", "--node=node3", f"--gpus={gpus}", f"--mode={mode}", *TIMING, *extra]
     )
 
 
@@ -202,7 +206,7 @@ def test_each_failure_of_nvidia_smi_is_a_finding_in_its_words(
 
 
 def test_a_hung_nvidia_smi_and_a_failed_process_list() -> None:
-    assert Answer(None, "").failure() == "nvidia-smi did not answer within 60 s"
+    assert Answer(None, "", 60).failure() == "nvidia-smi did not answer within 60 s"
     _, findings = preflight.observe(
         FakeSmi(ok("gpus.csv"), Answer(15, "Unable to determine the device handle")), 8, 1024
     )
@@ -219,8 +223,8 @@ def test_a_hung_nvidia_smi_and_a_failed_process_list() -> None:
 def test_without_nvidia_smi_the_gate_passes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert preflight.observe(FakeSmi(None), 8, 1024) == ([], [Finding("info", None, "nvidia-smi not found")])
     monkeypatch.setenv("PATH", str(tmp_path))
-    assert preflight.nvidia_smi(preflight.GPU_QUERY) is None
-    assert preflight.main([f"--log-dir={tmp_path}", "--node=n1", "--gpus=8", "--mode=fail"]) == 0
+    assert preflight.nvidia_smi(preflight.GPU_QUERY, 60) is None
+    assert preflight.main([f"--log-dir={tmp_path}", "--node=n1", "--gpus=8", "--mode=fail", *TIMING]) == 0
     (check,) = preflight_log.read_checks(tmp_path / protocol.PREFLIGHT)
     assert (check.verdict, check.final, check.findings) == (
         "ok",
@@ -387,6 +391,7 @@ def run(log_dir: Path, scenarios: Path, node: str, *args: str) -> subprocess.Com
         f"--log-dir={log_dir}",
         f"--node={node}",
         "--gpus=2",
+        *TIMING,
         *args,
     ]
     return subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=60, check=False)

@@ -64,7 +64,7 @@ wait_head_ready() {
 # CPU and memory into metrics.jsonl every 5.0 s, and a timeline warning when the GPUs idle while the driver runs.
 count_units() {
   local status=0 said
-  said=$(node_program units --log-dir="$LOG_DIR" --address-file="$1" --expected="$EXPECTED_UNITS" \
+  said=$(node_program units --log-dir="$LOG_DIR" --address-file="$1" --expected="$EXPECTED_UNITS" --ready-look=0.02 --brisk=0.05 --slow=5 \
     --kind=gpu --auth=token --node="$HOST" \
     --monitor-interval=5.0 --idle-threshold=5.0 \
     --idle-after=600) || status=$?
@@ -135,20 +135,21 @@ stop_driver() {
 }
 
 # Starts run $1 of the driver (0: the first; k: its k-th restart) in its own process group (the batch
-# script forwards the preemption signal to all of it, and only to it), writing its own log. With "early"
-# as $2 it starts while the workers still join: the gate (raysub/node/driver_gate.py), first on its
-# PYTHONPATH as sitecustomize, holds its ray.init until DRIVER_STARTED exists.
+# script forwards the preemption signal to all of it, and only to it), writing its own log.
+# With "early" as $2 it starts while the workers still join: the gate (raysub/node/driver_gate.py), first
+# on its PYTHONPATH as sitecustomize, holds its ray.init until DRIVER_STARTED exists.
 # The driver gets RAYSUB_FINISHED, the file it creates to say the training is over (raysub.driver.declare_finished),
 # and the run's mark, which whatever it starts inherits (see end_driver_run).
 start_driver() {
-  local run=$1 log_file="${LOG_DIR}/ray-driver.log" python_path=${PYTHONPATH:-}
+  local run=$1 log_file="${LOG_DIR}/ray-driver.log"
   ((run == 0)) || log_file="${LOG_DIR}/ray-driver-${run}.log"
   create_file "$log_file" 0640
   RUN_MARK="$(from_batch _RAYSUB_CANARY) ${run}"
   if [[ ${2:-} == early ]]; then
+    local python_path=${PYTHONPATH:-}
     RAY_ADDRESS=$address _RAYSUB_DRIVER_PYTHONPATH=$python_path \
       PYTHONPATH="${LOG_DIR}/python/driver_gate${python_path:+:${python_path}}" \
-      _RAYSUB_DRIVER_GATE="${LOG_DIR}/DRIVER_STARTED" _RAYSUB_DRIVER_GATE_ENDED=$ENDED_FILE \
+      _RAYSUB_DRIVER_GATE="${LOG_DIR}/DRIVER_STARTED" _RAYSUB_DRIVER_GATE_ENDED=$ENDED_FILE _RAYSUB_DRIVER_GATE_POLL=0.02 \
       RAYSUB_FINISHED="${LOG_DIR}/driver_finished" _RAYSUB_DRIVER_RUN=$RUN_MARK \
       setsid bash "${LOG_DIR}/driver_command.sh" >"$log_file" 2>&1 </dev/null &
   else

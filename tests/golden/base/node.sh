@@ -246,7 +246,7 @@ preflight_gate() {
   local gpus=$1 said status=0
   ((gpus > 0)) || return 0
   said=$(node_program preflight --log-dir="$LOG_DIR" --node="$HOST" --gpus="$gpus" --mode=warn \
-    --min-free-gpu-mem=1024 --wait-gpus=0) || status=$?
+    --min-free-gpu-mem=1024 --wait-gpus=0 --first-pause=1 --max-pause=30 --nvidia-smi-timeout=60) || status=$?
   if ((status == 3)); then
     blame_node "$HOST" "GPU preflight: ${said}"
     die "GPU preflight: ${said}"

@@ -13,7 +13,7 @@ source "${_RAYSUB_LOG_DIR:?is not set; run this script through the batch script}
 # temp dir (a SIGCONT says it is there).
 start_joiner() {
   JOIN_FILE="${TEMP_DIR}/raysub_head_address"
-  "$(ray_python)" "${LOG_DIR}/python/raysub/node/join.py" --address-file="$JOIN_FILE" \
+  "$(ray_python)" "${LOG_DIR}/python/raysub/node/join.py" --address-file="$JOIN_FILE" --look=0.25 \
     -- --block "$@" &
   CHILD_PID=$!
 }

@@ -1,0 +1,107 @@
+"""The rendered job script: a readable part a person can read in a few minutes, then the PAYLOAD line and
+below it exactly what the job's scripts use: the node programs they run and the modules those import."""
+
+import dataclasses
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from raysub import protocol
+from raysub.render import PAYLOAD_LINE, node_programs, render
+from raysub.spec import JobSpec, Sandbox
+from raysub.validate import extract
+
+PLAIN = JobSpec(nodes=2, command=("python", "train.py"))
+# Every option that adds to the script at once: the biggest job script raysub writes.
+BIGGEST = dataclasses.replace(
+    PLAIN,
+    nodes=64,
+    container_image="nvcr.io/nvidia/pytorch:25.01-py3",
+    container_mounts="/lustre:/lustre",
+    container_workdir="/workspace",
+    sandbox=Sandbox(command="python -m sandbox_server", port=8500, nodes="all", container="sandbox.sqsh"),
+    driver_restarts=3,
+    checkpoint_dir="/lustre/ckpt/run7",
+    requeue=True,
+    signal_before=300,
+    preflight="fail",
+    wait_gpus=300,
+    interface="ib0",
+    cpus_per_task=64,
+    dedicated_head=True,
+)
+SPECS = {
+    "plain": PLAIN,
+    "biggest": BIGGEST,
+    "cpu": dataclasses.replace(PLAIN, gpus_per_node=0, preflight="off"),
+    "one node": dataclasses.replace(PLAIN, nodes=1),
+    "interactive": dataclasses.replace(PLAIN, command=()),
+    "smoke": dataclasses.replace(PLAIN, command=(), smoke=True),
+    "restarts": dataclasses.replace(PLAIN, driver_restarts=2),
+}
+# How the scripts run each program: node_program NAME, join.py as a script, the gate on a PYTHONPATH.
+RUNS = re.compile(r"node_program (?P<program>\w+)|/raysub/node/(?P<script>join)\.py|/(?P<gate>driver_gate)\$")
+
+
+def readable_lines(spec: JobSpec) -> int:
+    return render(spec).partition(PAYLOAD_LINE)[0].count("\n")
+
+
+def test_a_plain_jobs_readable_part_is_a_few_hundred_lines() -> None:
+    assert readable_lines(PLAIN) < 450
+    assert readable_lines(BIGGEST) < 500
+
+
+@pytest.mark.parametrize("name", sorted(SPECS))
+def test_the_scripts_run_exactly_the_programs_the_spec_says(name: str) -> None:
+    embedded = extract(render(SPECS[name]))
+    scripts = "".join(e.text for e in embedded if not e.name.startswith(f"{protocol.NODE_PYTHON_DIR}/"))
+    run = {next(name for name in match.groups() if name) for match in RUNS.finditer(scripts)}
+    assert run == set(node_programs(SPECS[name]))
+
+
+@pytest.mark.parametrize("name", sorted(SPECS))
+def test_the_payload_holds_what_its_programs_import_and_nothing_else(name: str, tmp_path: Path) -> None:
+    """Each program is imported from LOG_DIR's copy alone, by a Python that cannot see raysub otherwise:
+    nothing it needs is missing, and every module shipped is one it loaded."""
+    spec = SPECS[name]
+    shipped = set()
+    for script in extract(render(spec)):
+        if script.name.startswith(f"{protocol.NODE_PYTHON_DIR}/raysub/"):
+            (tmp_path / script.name).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / script.name).write_text(script.text)
+            shipped.add(script.name.removeprefix(f"{protocol.NODE_PYTHON_DIR}/"))
+    programs = [f"raysub.node.{program}" for program in node_programs(spec) if program != "driver_gate"]
+    probe = (
+        "import importlib, json, sys\n"
+        f"for name in {programs!r}: importlib.import_module(name)\n"
+        "print(json.dumps(sorted(m.__file__ for n, m in sys.modules.items() if n.split('.')[0] == 'raysub')))"
+    )
+    python_dir = tmp_path / protocol.NODE_PYTHON_DIR
+    # -S: no site, so no raysub installed in this venv, and PYTHONPATH alone.
+    done = subprocess.run(
+        [sys.executable, "-S", "-c", probe],
+        env={"PYTHONPATH": str(python_dir), "PYTHONSAFEPATH": "1", "PATH": os.environ["PATH"]},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if "No module named 'ray'" in done.stderr:
+        pytest.skip("ray is not importable without site-packages here")
+    assert done.returncode == 0, done.stderr
+    loaded = {str(Path(path).relative_to(python_dir)) for path in json.loads(done.stdout)}
+    assert loaded == shipped
+
+
+def test_the_shared_bash_is_written_once() -> None:
+    embedded = extract(render(BIGGEST))
+    bash = [e for e in embedded if not e.name.startswith(f"{protocol.NODE_PYTHON_DIR}/")]
+    for function in ("end_job()", "timeline()", "publish()", "wait_for_file()", "node_program()"):
+        defined = [e.name for e in bash if f"\n{function} {{" in f"\n{e.text}"]
+        assert defined == [protocol.SHARED_BASH], function
