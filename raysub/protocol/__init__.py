@@ -127,11 +127,11 @@ DRIVER_FINISHED = "driver_finished"
 FINISHED_ENV = "RAYSUB_FINISHED"
 
 # The smoke test (raysub render --smoke, raysub smoke; raysub/node/smoke.py): where one actor per GPU (or
-# node) ran and what was wrong, as one JSON object. Its writer and reader are in raysub/node/smoke.py.
+# node) ran and what was wrong, as one JSON object. Its writer and reader are in this package's smoke module.
 SMOKE = "smoke.json"
 
 # The head's monitor (--monitor): one JSON snapshot per line, {"t": ..., "nodes": {<node>: {...}},
-# "failed": [...]}, kept under MONITOR_MAX_BYTES by halving its resolution (raysub/node/metrics_log.py).
+# "failed": [...]}, kept under MONITOR_MAX_BYTES by halving its resolution (raysub/protocol/metrics_log.py).
 METRICS = "metrics.jsonl"
 MONITOR_MAX_BYTES = 64 * 2**20
 

@@ -69,7 +69,7 @@ def test_protocol_files_table_is_up_to_date() -> None:
     rows = [(", ".join(f"`{n}`" for n in doc.files), doc.writer, doc.content) for doc in file_table.FILES]
     table = markdown_table(("file", "written by", "content"), rows)
     check_generated(
-        REPO / "docs" / "protocol.md", "the table of LOG_DIR's files (raysub/protocol.py FILES)", table
+        REPO / "docs" / "protocol.md", "the table of LOG_DIR's files (raysub/protocol/file_table.py FILES)", table
     )
 
 
@@ -81,7 +81,7 @@ def test_security_paths_table_is_up_to_date() -> None:
     table = markdown_table(("path", "mode", "made by", "read by, and trusted for"), rows)
     check_generated(
         REPO / "docs" / "security.md",
-        "the paths a job makes (raysub/protocol.py OTHER_PATHS and FILES)",
+        "the paths a job makes (raysub/protocol/file_table.py OTHER_PATHS and FILES)",
         table,
     )
 
@@ -110,7 +110,7 @@ def test_plan_spellings_are_up_to_date() -> None:
     )
 
 
-# Names in raysub/protocol.py that are not files of LOG_DIR, or are parts of names the table shows.
+# Names in raysub/protocol/__init__.py that are not files of LOG_DIR, or are parts of names the table shows.
 NOT_FILES = (
     *("PHASE_", "ENV_", "ROLE_", "CONTAINER_NAME_", "LOG_DIR_SUFFIX", "STATE_HOME_DEFAULT", "JOB_INDEX"),
     *("LATEST", "LOG_SUFFIX", "AUTH_DIR", "SRUN_LOG_PREFIX", "WORKER_LOG_PREFIX", "SANDBOX_LOG_PREFIX"),

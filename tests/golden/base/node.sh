@@ -3,7 +3,7 @@
 # and the functions they share; each sources this one copy after setting ROLE.
 # shellcheck disable=SC2317,SC2329 # shared functions: traps call some, and not every script calls each
 : "${ROLE:?}"
-# Runtime values come from the batch script's environment, under internal names (raysub/protocol.py).
+# Runtime values come from the batch script's environment, under internal names (raysub/protocol/__init__.py).
 from_batch() {
   [[ -n ${!1:-} ]] || { printf 'raysub: %s is not set; run this script through the batch script\n' "$1" >&2; exit 1; }
   printf '%s' "${!1}"
