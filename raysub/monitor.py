@@ -12,7 +12,7 @@ from raysub.protocol.metrics_log import Snapshot, read_snapshots
 from raysub.protocol.preflight_log import read_checks
 from raysub.protocol.ray_metrics import RayGpuMonitor, tokens_per_second_per_gpu
 from raysub.protocol.readings import NodeMetrics
-from raysub.status import JobWatch
+from raysub.status import JobPoll
 
 __all__ = [
     "NoReadings",
@@ -76,10 +76,10 @@ def latest(job: Job, live: bool) -> Reading:
 
 def follow_readings(job: Job, live: bool, interval: float, once: bool = False) -> Iterator[Reading]:
     """The latest reading now and every ``interval`` seconds until the job is over; only one if ``once``."""
-    watcher = JobWatch(job)
+    poll = JobPoll(job)
     while True:
         yield latest(job, live)
-        if once or watcher.over():
+        if once or poll.over():
             return
         time.sleep(interval)
 

@@ -8,6 +8,8 @@ the job itself refuses it again on the head (templates/head.sh.j2, find_checkpoi
 import socket
 from pathlib import Path
 
+from raysub.spec import JobSpec, SpecError
+
 
 def checkpoint_dir_problem(path: Path) -> str | None:
     """Why ``path`` cannot be a run's checkpoint directory, or None when it can."""
@@ -22,3 +24,13 @@ def checkpoint_dir_problem(path: Path) -> str | None:
         f"{path} does not exist on {socket.gethostname()}: check the path; if it is on a file system only "
         "the compute nodes mount, or the run has not made it yet, pass --create-checkpoint-dir"
     )
+
+
+def refuse_missing_checkpoint_dir(spec: JobSpec) -> None:
+    """SpecError when the job's --checkpoint-dir cannot be one here and the job may not make it
+    (--create-checkpoint-dir): raysub render refuses what the job's head would refuse anyway."""
+    if not spec.checkpoint_dir or spec.create_checkpoint_dir:
+        return
+    problem = checkpoint_dir_problem(Path(spec.checkpoint_dir))
+    if problem is not None:
+        raise SpecError("--checkpoint-dir", problem)

@@ -22,13 +22,14 @@ FINAL_STATES = {
     "OUT_OF_MEMORY",
     "BOOT_FAIL",
 }
-# Commands that poll (status --watch, logs --follow, monitor --follow) ask Slurm at most this often.
+# Commands that follow a job (status, logs and monitor --follow) ask Slurm at most this often.
 SLURM_MIN_INTERVAL = 2.0
 
 
-class JobWatch:
-    """Whether a job is over, for a command that polls: the job's ENDED file on every call (cheap), Slurm
-    at most once per ``min_interval`` seconds (between two asks, its last answer stands)."""
+class JobPoll:
+    """Whether a job is over, for a command that asks again and again (a follow, a watch): the job's ENDED
+    file on every call (cheap), Slurm at most once per ``min_interval`` seconds (between two asks, its last
+    answer stands)."""
 
     def __init__(
         self,
@@ -66,7 +67,7 @@ class Phase(StrEnum):
     FINISHED = "finished with exit code"
 
 
-# The phases of a job that is still coming up: status --watch redraws through them.
+# The phases of a job that is still coming up: status --follow redraws through them.
 COMING_UP = frozenset({Phase.QUEUED, Phase.HEAD_STARTING, Phase.WORKERS_JOINING, Phase.CLUSTER_READY})
 
 
@@ -199,12 +200,12 @@ def progress_bar(done: int, total: int, width: int = 30) -> str:
     return f"[{'#' * filled}{'.' * (width - filled)}] {done}/{total}"
 
 
-def watch(job: Job, interval: float, once: bool = False) -> Iterator[Status]:
+def follow(job: Job, interval: float, once: bool = False) -> Iterator[Status]:
     """The job's status now and then every ``interval`` seconds while it is coming up (the first status
     after that included); only the first when ``once``. Slurm is asked at most once per refresh."""
-    watcher = JobWatch(job)
+    poll = JobPoll(job)
     while True:
-        current = read_status(job, watcher.slurm_state(), time.time())
+        current = read_status(job, poll.slurm_state(), time.time())
         yield current
         if once or current.phase not in COMING_UP:
             return

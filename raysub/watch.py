@@ -32,10 +32,10 @@ import filelock
 from raysub import jobs, protocol, slurm
 from raysub.jobs import Job
 from raysub.resume import checkpoint_dir_problem
-from raysub.status import FINAL_STATES, JobWatch
+from raysub.status import FINAL_STATES, JobPoll
 
 if TYPE_CHECKING:
-    from raysub.health.report import Finding
+    from raysub.health.checkup import Finding
 
 # The state file's format; version 1 files (without the fields version 2 added) still load.
 STATE_VERSION = 2
@@ -324,6 +324,16 @@ class Checkpoints:
     create: bool = False  # the jobs' heads may make the directory (this host could not)
 
     @classmethod
+    def from_options(cls, directory: Path | None, marker: str | None, create: bool) -> "Checkpoints | None":
+        """--checkpoint-dir, --checkpoint-marker and --create-checkpoint-dir: None without a directory (and
+        then neither of the others may be given), else :meth:`checked`."""
+        if directory is None:
+            if marker or create:
+                raise WatchError("--checkpoint-marker and --create-checkpoint-dir need --checkpoint-dir")
+            return None
+        return cls.checked(directory, marker, create)
+
+    @classmethod
     def checked(cls, directory: Path, marker: str | None, create: bool) -> "Checkpoints":
         """The directory, refused (WatchError) when it is missing or holds several runs' checkpoints.
         With ``create`` a missing one is made here or, when this host cannot (a file system only the
@@ -425,12 +435,12 @@ def stamp(when: float) -> str:
 class Watcher:
     """Carries out a run: submits, polls, cancels and resubmits as :func:`decide` says, saving the state
     after every step and writing every decision to the log file and ``settings.echo``. Slurm is asked at
-    most once per ``settings.interval`` (one :class:`raysub.status.JobWatch` per job)."""
+    most once per ``settings.interval`` (one :class:`raysub.status.JobPoll` per job)."""
 
     def __init__(self, files: WatchFiles, state: WatchState, settings: Settings, base: Path) -> None:
         self.files, self.state, self.base = files, state, base
         self.settings, self.rules, self.clock = settings, settings.rules, settings.clock
-        self._watch: JobWatch | None = None
+        self._poll: JobPoll | None = None
         self._said = ""
         self._warned = ""
 
@@ -560,12 +570,12 @@ class Watcher:
         self.note(f"submitted {state.script} as job {job_id}{restart}{without}")
 
     def _slurm_state(self, job_id: str) -> slurm.SlurmState:
-        if self._watch is None or self._watch.job.job_id != job_id:
+        if self._poll is None or self._poll.job.job_id != job_id:
             placeholder = Job(job_id, 0, protocol.LogDir(self.base))
-            self._watch = JobWatch(
+            self._poll = JobPoll(
                 placeholder, self.settings.interval, self.clock, lambda asked: slurm.job_state(asked)
             )
-        return self._watch.slurm_state()
+        return self._poll.slurm_state()
 
     def _is_stalled(self, job: Job) -> bool:
         try:

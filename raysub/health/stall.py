@@ -1,5 +1,5 @@
 """What the stall check of raysub health and raysub watch goes by: the driver's log read as it grows, and
-how long the run's training steps take (the rule itself: raysub.health.report.stall_finding).
+how long the run's training steps take (the rule itself: raysub.health.checkup.stall_finding).
 
 raysub watch asks about a job every minute, for days, from a login node, and a driver's log may reach
 gigabytes: :class:`DriverTail` reads each byte of the log at most once, and of what was written since it

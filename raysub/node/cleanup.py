@@ -45,7 +45,7 @@ from typing import Any, Protocol
 from raysub.node import preflight
 from raysub.node.smoke import alive_nodes, gcs_answers
 from raysub.protocol.preflight_log import Process
-from raysub.protocol.smoke_report import Node, one_line
+from raysub.protocol.smoke_result import Node, one_line
 
 CLEANUP_FAILED = 1
 # The most records one state API call returns (Ray's own ceiling, RAY_MAX_LIMIT_FROM_API_SERVER).

@@ -16,7 +16,7 @@ from raysub.protocol.ray_metrics import RayGpuMonitor
 from raysub.protocol.readings import NodeMetrics
 
 
-class IdleWatch:
+class IdleAlarm:
     """Says once when every GPU with a known reading has stayed below ``threshold`` % for ``after`` s.
 
     A GPU whose utilisation is unknown (None) is not idle: it neither starts nor ends an idle stretch."""
@@ -43,11 +43,11 @@ class IdleWatch:
         )
 
 
-def watch(
+def sample(
     logs: protocol.LogDir,
     node: str,
     monitor: RayGpuMonitor,
-    idle: IdleWatch,
+    idle: IdleAlarm,
     going: Callable[[], bool],
 ) -> None:
     """Snapshots into metrics.jsonl every ``monitor.interval`` seconds while ``going()`` says so."""
@@ -69,7 +69,7 @@ def start(
     logs: protocol.LogDir,
     node: str,
     interval: float,
-    idle: IdleWatch,
+    idle: IdleAlarm,
     endpoints: Callable[[], Mapping[str, str]],
     going: Callable[[], bool],
 ) -> threading.Thread:
@@ -77,7 +77,7 @@ def start(
     loaded on the head, not two)."""
     monitor = RayGpuMonitor(interval=interval, endpoints=endpoints)
     thread = threading.Thread(
-        target=watch, args=(logs, node, monitor, idle, going), name="monitor", daemon=True
+        target=sample, args=(logs, node, monitor, idle, going), name="monitor", daemon=True
     )
     thread.start()
     return thread

@@ -9,10 +9,10 @@ without torch that part is skipped, unless --allreduce=required. The placement g
 actors killed before the end, whatever happened; every wait is bounded by --timeout.
 
 The driver of a job rendered with ``raysub render --smoke`` (``python -m raysub.node.smoke``, run as the
-other node programs are), and ``raysub smoke`` in a shell of a running job. Prints a table, writes
-LOG_DIR/smoke.json (its writer and reader are here, beside the types they hold), and exits 0 when every
-check passed, 1 with a one-line reason on stderr when one did not (or Ray could not be reached), and 2
-for a usage error.
+other node programs are), and ``raysub smoke`` in a shell of a running job, which runs this program as it
+is: its command line below is the only one. Prints a table, writes LOG_DIR/smoke.json (its format:
+raysub/protocol/smoke_result.py), and exits 0 when every check passed, 1 with a one-line reason on stderr
+when one did not (or Ray could not be reached), and 2 for a usage error.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import socket
 import sys
 import time
@@ -30,14 +31,14 @@ from pathlib import Path
 from typing import Any
 
 from raysub import protocol
-from raysub.protocol.smoke_report import (
+from raysub.protocol.smoke_result import (
     AllReduce,
     Node,
     Placement,
-    Report,
+    SmokeResult,
     one_line,
-    report_path,
-    write_report,
+    result_path,
+    write_result,
 )
 
 FAILED = 1
@@ -69,8 +70,8 @@ class Options:
 
 
 @dataclass(frozen=True)
-class Plan:
-    """The placement group to make: ``count`` bundles of ``resources``, placed by ``strategy``."""
+class PlacementRequest:
+    """The placement group to ask Ray for: ``count`` bundles of ``resources``, placed by ``strategy``."""
 
     gpus: bool  # one bundle per GPU; otherwise one per node
     strategy: str
@@ -78,19 +79,19 @@ class Plan:
     resources: dict[str, float]
 
 
-def make_report(
-    plan: Plan | None,
+def make_result(
+    request: PlacementRequest | None,
     nodes: list[Node],
     actors: list[Placement],
     problems: list[str],
     allreduce: AllReduce | None = None,
-) -> Report:
+) -> SmokeResult:
     allreduce = allreduce or AllReduce()
-    return Report(
+    return SmokeResult(
         ok=not problems and not allreduce.failed,
-        strategy=plan.strategy if plan else None,
-        bundles=plan.count if plan else 0,
-        bundle_resources=dict(plan.resources) if plan else {},
+        strategy=request.strategy if request else None,
+        bundles=request.count if request else 0,
+        bundle_resources=dict(request.resources) if request else {},
         nodes=nodes,
         actors=sorted(actors, key=lambda p: p.bundle),
         problems=problems,
@@ -136,13 +137,13 @@ def gpu_slots(nodes: list[Node], options: Options) -> int:
     return head + max(count - 1, 0) * options.gpus_per_node
 
 
-def plan(nodes: list[Node], options: Options) -> Plan:
+def placement_request(nodes: list[Node], options: Options) -> PlacementRequest:
     """One bundle per GPU slot, or per node when the job has no GPUs."""
     slots = gpu_slots(nodes, options)
     if slots > 0:
-        return Plan(True, options.strategy or GPU_STRATEGY, slots, {"GPU": 1, "CPU": BUNDLE_CPUS})
+        return PlacementRequest(True, options.strategy or GPU_STRATEGY, slots, {"GPU": 1, "CPU": BUNDLE_CPUS})
     count = options.nodes if options.nodes is not None else len(nodes)
-    return Plan(False, options.strategy or NODE_STRATEGY, count, {"CPU": BUNDLE_CPUS})
+    return PlacementRequest(False, options.strategy or NODE_STRATEGY, count, {"CPU": BUNDLE_CPUS})
 
 
 def node_problems(nodes: list[Node], options: Options, job_nodes: Sequence[str] = ()) -> list[str]:
@@ -160,12 +161,12 @@ def node_problems(nodes: list[Node], options: Options, job_nodes: Sequence[str] 
     return problems
 
 
-def strategy_problems(planned: Plan, nodes: list[Node]) -> list[str]:
+def strategy_problems(request: PlacementRequest, nodes: list[Node]) -> list[str]:
     """A placement that cannot exist on this cluster, said before asking Ray for it."""
-    if planned.strategy == "STRICT_SPREAD" and planned.count > len(nodes):
+    if request.strategy == "STRICT_SPREAD" and request.count > len(nodes):
         return [
-            f"STRICT_SPREAD puts each bundle on a node of its own: {planned.count} bundles need "
-            f"{planned.count} nodes and Ray has {len(nodes)} (use PACK or SPREAD for one bundle per GPU)"
+            f"STRICT_SPREAD puts each bundle on a node of its own: {request.count} bundles need "
+            f"{request.count} nodes and Ray has {len(nodes)} (use PACK or SPREAD for one bundle per GPU)"
         ]
     return []
 
@@ -360,8 +361,8 @@ def gather(refs: Sequence[Any], timeout: float, what: str) -> tuple[dict[int, An
 class Session:
     """The placement group and its actors, removed and killed by close() whatever happened."""
 
-    def __init__(self, planned: Plan, timeout: float) -> None:
-        self.plan = planned
+    def __init__(self, request: PlacementRequest, timeout: float) -> None:
+        self.request = request
         self.timeout = timeout
         self.group: Any = None
         self.actors: list[Any] = []
@@ -375,17 +376,17 @@ class Session:
 
         if __name__ != "__main__":  # run as a program, the classes are in __main__: pickled by value already
             cloudpickle.register_pickle_by_value(sys.modules[__name__])
-        planned = self.plan
-        bundles = [dict(planned.resources) for _ in range(planned.count)]
-        self.group = placement_group(bundles, strategy=planned.strategy, name=f"raysub-smoke-{os.getpid()}")
+        request = self.request
+        bundles = [dict(request.resources) for _ in range(request.count)]
+        self.group = placement_group(bundles, strategy=request.strategy, name=f"raysub-smoke-{os.getpid()}")
         if not self.group.wait(self.timeout):
             return [], [self.unplaced(ray.cluster_resources())]
         actor = ray.remote(Probe)
-        for k in range(planned.count):
+        for k in range(request.count):
             where = PlacementGroupSchedulingStrategy(
                 placement_group=self.group, placement_group_bundle_index=k
             )
-            options = {"num_cpus": BUNDLE_CPUS, "num_gpus": 1 if planned.gpus else 0, "max_restarts": 0}
+            options = {"num_cpus": BUNDLE_CPUS, "num_gpus": 1 if request.gpus else 0, "max_restarts": 0}
             self.actors.append(actor.options(scheduling_strategy=where, **options).remote())
         answers, problems = gather([a.where.remote() for a in self.actors], self.timeout, "where it runs")
         names = {node.node_id: node.name for node in nodes}
@@ -393,10 +394,10 @@ class Session:
         return placements, problems
 
     def unplaced(self, cluster: Mapping[str, float]) -> str:
-        shape = json.dumps(self.plan.resources)
-        has = ", ".join(f"{cluster.get(key, 0):g} {key}" for key in self.plan.resources)
+        shape = json.dumps(self.request.resources)
+        has = ", ".join(f"{cluster.get(key, 0):g} {key}" for key in self.request.resources)
         return (
-            f"Ray could not place {self.plan.count} bundles of {shape} ({self.plan.strategy}) within "
+            f"Ray could not place {self.request.count} bundles of {shape} ({self.request.strategy}) within "
             f"{self.timeout:g} s; the cluster has {has}"
         )
 
@@ -408,7 +409,7 @@ class Session:
         lacking = without_torch(torches, placements, mode)
         if lacking is not None:
             return lacking
-        backend = allreduce_backend(list(torches.values()), self.plan.gpus)
+        backend = allreduce_backend(list(torches.values()), self.request.gpus)
         address, problems = gather([self.actors[0].rendezvous.remote()], self.timeout, "a free port")
         if problems:
             return AllReduce("failed", problems[0], backend, len(self.actors), nbytes)
@@ -450,33 +451,33 @@ def placement(bundle: int, answer: Mapping[str, Any], names: Mapping[str, str]) 
     )
 
 
-def run(options: Options) -> Report:
+def run(options: Options) -> SmokeResult:
     """The smoke test against the Ray this process is connected to."""
     import ray
 
     nodes = alive_nodes(ray.nodes())
-    planned = plan(nodes, options)
+    request = placement_request(nodes, options)
     job_nodes = os.environ.get(protocol.ENV_NODE_LIST, "").split()
     problems = node_problems(nodes, options, job_nodes)
-    impossible = strategy_problems(planned, nodes)
+    impossible = strategy_problems(request, nodes)
     if impossible:
-        return make_report(planned, nodes, [], problems + impossible)
-    session = Session(planned, options.timeout)
+        return make_result(request, nodes, [], problems + impossible)
+    session = Session(request, options.timeout)
     allreduce = AllReduce()
     actors: list[Placement] = []
     try:
         actors, failures = session.place(nodes)
         problems += failures
         if actors:  # none: the placement group or every actor failed, and that problem is said already
-            problems += placement_problems(nodes, actors, planned.gpus)
+            problems += placement_problems(nodes, actors, request.gpus)
         if options.allreduce and not failures and actors:
             allreduce = session.allreduce(options.allreduce, int(options.allreduce_mib * 2**20), actors)
-    except Exception as error:  # a Ray error the checks did not foresee: still a report, with its traceback
+    except Exception as error:  # a Ray error the checks did not foresee: still a result, with its traceback
         traceback.print_exc()
         problems.append(f"the smoke test stopped: {type(error).__name__}: {one_line(error)}")
     finally:
         session.close()
-    return make_report(planned, nodes, actors, problems, allreduce)
+    return make_result(request, nodes, actors, problems, allreduce)
 
 
 def gcs_answers(address: str, timeout: float) -> None:
@@ -489,7 +490,7 @@ def gcs_answers(address: str, timeout: float) -> None:
         return
 
 
-def smoke(options: Options) -> Report:
+def smoke(options: Options) -> SmokeResult:
     """Connect to the running Ray (unless this process already is), run, disconnect."""
     import logging
 
@@ -503,7 +504,7 @@ def smoke(options: Options) -> Report:
         ray.init(address=address, logging_level=logging.WARNING)
     except Exception as error:
         reason = f"cannot connect to Ray at {address} (inside a job RAY_ADDRESS is set): {one_line(error)}"
-        return make_report(None, [], [], [reason])
+        return make_result(None, [], [], [reason])
     try:
         return run(options)
     finally:
@@ -513,33 +514,34 @@ def smoke(options: Options) -> Report:
 # ---- printing ----
 
 
-def table(report: Report) -> str:
-    """Where each actor ran, then the all-reduce (when asked), the problems and the verdict."""
+def table(result: SmokeResult) -> str:
+    """Where each actor ran, then the all-reduce (when asked), the problems and the summary."""
     rows = [("bundle", "node", "IP", "GPU ids", "CUDA_VISIBLE_DEVICES")]
     rows += [
         (str(a.bundle), a.node, a.ip, ",".join(a.gpu_ids) or "-", a.cuda_visible_devices or "-")
-        for a in report.actors
+        for a in result.actors
     ]
     widths = [max(len(row[k]) for row in rows) for k in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
-    if not report.actors:
+    if not result.actors:
         lines = ["no actor ran"]
-    if report.allreduce.status != "off":
-        lines.append(describe_allreduce(report.allreduce))
-    lines += [f"problem: {problem}" for problem in report.problems]
-    lines.append(verdict(report))
+    if result.allreduce.status != "off":
+        lines.append(describe_allreduce(result.allreduce))
+    lines += [f"problem: {problem}" for problem in result.problems]
+    lines.append(summary(result))
     return "\n".join(lines)
 
 
-def verdict(report: Report) -> str:
-    word = "ok" if report.ok else "FAILED"
-    if not report.bundles:
+def summary(result: SmokeResult) -> str:
+    """The last line: ok or FAILED, and how many bundles were placed on how many nodes."""
+    word = "ok" if result.ok else "FAILED"
+    if not result.bundles:
         return word
-    kind = "GPU" if "GPU" in report.bundle_resources else "node"
-    nodes = len({a.node_id for a in report.actors})
+    kind = "GPU" if "GPU" in result.bundle_resources else "node"
+    nodes = len({a.node_id for a in result.actors})
     return (
-        f"{word}: {len(report.actors)} of {report.bundles} bundles (one per {kind}, {report.strategy}) "
-        f"placed on {nodes} of {len(report.nodes)} nodes"
+        f"{word}: {len(result.actors)} of {result.bundles} bundles (one per {kind}, {result.strategy}) "
+        f"placed on {nodes} of {len(result.nodes)} nodes"
     )
 
 
@@ -576,44 +578,94 @@ def positive(text: str) -> float:
     return value
 
 
+# The command line's help; ``raysub smoke`` is this program (it names itself in protocol.ENV_SMOKE_PROG).
+PROG = "python -m raysub.node.smoke"
+DESCRIPTION = """\
+Prove the running job's placement: one actor per GPU (or per node), each where it should be.
+
+Run it inside a job (raysub attach, where RAY_ADDRESS is set). It makes a placement group of one
+bundle per GPU (or per node with --gpus-per-node 0), starts an actor in each, and checks that
+every node and every GPU got exactly one and no two share a GPU; then removes the placement
+group and the actors. Prints where each actor ran. Exit status 0 when every check passed, 1
+(with the reason) when one did not or Ray could not be reached, 2 for a usage error. raysub
+render --smoke makes it a job's driver (docs/smoke.md)."""
+EXAMPLE = """\
+Example:
+  raysub attach 4711 -- raysub smoke --nodes 4 --gpus-per-node 8 --allreduce
+  raysub smoke --gpus-per-node 0 -o smoke.json"""
+
+
+def help_formatter(prog: str) -> argparse.HelpFormatter:
+    """The texts above as written, in the terminal's width but no wider than raysub's other commands'."""
+    width = max(min(shutil.get_terminal_size().columns, 100) - 2, 50)
+    return argparse.RawDescriptionHelpFormatter(prog, width=width)
+
+
 def parse(argv: Sequence[str] | None) -> tuple[Options, Path | None]:
+    """The smoke test's options, and where its result goes (None: nowhere)."""
     parser = argparse.ArgumentParser(
-        prog="python -m raysub.node.smoke",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        prog=os.environ.get(protocol.ENV_SMOKE_PROG, PROG),
+        description=DESCRIPTION,
+        epilog=EXAMPLE,
+        formatter_class=help_formatter,
     )
     parser.add_argument(
-        "--log-dir",
-        help=f"the job's LOG_DIR, to write {protocol.SMOKE} into (default: ${protocol.ENV_LOG_DIR}, "
-        "set for a job's driver; without either nothing is written)",
-    )
-    parser.add_argument(
-        "--nodes", type=whole(1), help="nodes the cluster should have (default: those in Ray)"
+        "--nodes", type=whole(1), metavar="N", help="Nodes the cluster should have; default: those in Ray."
     )
     parser.add_argument(
         "--gpus-per-node",
         type=whole(0),
-        help="GPUs each node should advertise (default: what each does); 0: one bundle per node",
+        metavar="N",
+        help="GPUs each node should advertise; default: what each does. 0: one bundle per node, no GPUs.",
     )
     parser.add_argument(
-        "--head-gpus", type=whole(0), help="GPUs the head should advertise (default: --gpus-per-node)"
+        "--head-gpus",
+        type=whole(0),
+        metavar="N",
+        help="GPUs the head should advertise (0 for a job with --dedicated-head); default: --gpus-per-node.",
     )
     parser.add_argument(
         "--strategy",
         type=str.upper,
         choices=STRATEGIES,
-        help=f"the placement group's strategy (default: {GPU_STRATEGY} for one bundle per GPU, "
-        f"{NODE_STRATEGY} for one per node)",
+        help=f"The placement group's strategy. Default: {GPU_STRATEGY} for one bundle per GPU, as a "
+        f"training run's workers are placed; {NODE_STRATEGY} for one per node, the only strategy that "
+        "guarantees it.",
     )
     parser.add_argument(
         "--allreduce",
         nargs="?",
         const="optional",
         choices=ALLREDUCE_MODES,
-        help="also all-reduce across the actors; skipped without torch, unless --allreduce=required",
+        help="Also all-reduce across the actors (NCCL on GPUs, else gloo) and measure the bandwidth; "
+        "skipped where torch is missing, unless --allreduce=required.",
     )
-    parser.add_argument("--allreduce-mib", type=positive, default=ALLREDUCE_MIB, help="the all-reduce's size")
-    parser.add_argument("--timeout", type=positive, default=TIMEOUT_S, help="seconds any one wait may take")
+    parser.add_argument(
+        "--allreduce-mib",
+        type=positive,
+        default=ALLREDUCE_MIB,
+        metavar="MIB",
+        help="The all-reduce's size in MiB (default: %(default)g).",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=positive,
+        default=TIMEOUT_S,
+        metavar="SECONDS",
+        help="The longest any one wait may take: the placement, each round of calls to the actors "
+        "(default: %(default)g).",
+    )
+    parser.add_argument(
+        "-o",
+        "--output",
+        metavar="FILE",
+        help=f"Write the result ({protocol.SMOKE}'s format) here; default: LOG_DIR/{protocol.SMOKE}.",
+    )
+    parser.add_argument(
+        "--log-dir",
+        help=f"The job's LOG_DIR; default: ${protocol.ENV_LOG_DIR}, set for a job's driver. Without "
+        "either (and without --output) the result is only printed.",
+    )
     args = parser.parse_args(argv)
     options = Options(
         args.nodes,
@@ -624,17 +676,17 @@ def parse(argv: Sequence[str] | None) -> tuple[Options, Path | None]:
         args.allreduce_mib,
         args.timeout,
     )
-    return options, report_path(args.log_dir)
+    return options, Path(args.output) if args.output else result_path(args.log_dir)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     options, path = parse(argv)
-    report = smoke(options)
-    print(table(report), flush=True)
+    result = smoke(options)
+    print(table(result), flush=True)
     if path is not None:
-        write_report(path, report)
-    if not report.ok:
-        print(f"raysub smoke: {report.reason}", file=sys.stderr)
+        write_result(path, result)
+    if not result.ok:
+        print(f"raysub smoke: {result.reason}", file=sys.stderr)
         return FAILED
     return 0
 

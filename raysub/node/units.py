@@ -86,7 +86,7 @@ def count(
             print(f"raysub: cannot read Ray's node table: {error}", file=sys.stderr)
         whole = (counter.units or 0) >= args.expected
         if whole and monitor:
-            idle = sidecar.IdleWatch(args.idle_threshold, args.idle_after)
+            idle = sidecar.IdleAlarm(args.idle_threshold, args.idle_after)
             sidecar.start(counter.logs, args.node, args.monitor_interval, idle, gcs_endpoints(address), going)
             monitor = False
         sleep(args.slow if whole else args.brisk)

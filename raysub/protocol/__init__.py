@@ -97,7 +97,7 @@ PHASE_NODE_FAILED = "node_failed"
 PHASE_DRIVER_CLEANUP = "driver_cleanup"
 
 # raysub health and watch: the driver's latest step and since when it has been that step (epoch seconds),
-# so that a stall is seen across reports, and when each of the last PROGRESS_HISTORY step changes was first
+# so that a stall is seen across checkups, and when each of the last PROGRESS_HISTORY step changes was first
 # seen, so that a step much slower than the others is too: {"step": <int or null>, "since": <float>,
 # "steps": [[<step>, <first seen>], ...]} (a file without "steps", from before, reads with none).
 HEALTH_PROGRESS = "health_progress.json"
@@ -126,9 +126,12 @@ SIGNAL_PENDING = "signal_pending"
 DRIVER_FINISHED = "driver_finished"
 FINISHED_ENV = "RAYSUB_FINISHED"
 
-# The smoke test (raysub render --smoke, raysub smoke; raysub/node/smoke.py): where one actor per GPU (or
-# node) ran and what was wrong, as one JSON object. Its writer and reader are in this package's smoke module.
+# The smoke test's result (raysub render --smoke, raysub smoke; raysub/node/smoke.py): where one actor per
+# GPU (or node) ran and what was wrong, as one JSON object. Its writer and reader: protocol/smoke_result.py.
 SMOKE = "smoke.json"
+# raysub smoke runs the smoke program as a child and names itself in this variable, so that the program's
+# usage and help say "raysub smoke", not "python -m raysub.node.smoke".
+ENV_SMOKE_PROG = f"{ENV_PREFIX}SMOKE_PROG"
 
 # The head's monitor (--monitor): one JSON snapshot per line, {"t": ..., "nodes": {<node>: {...}},
 # "failed": [...]}, kept under MONITOR_MAX_BYTES by halving its resolution (raysub/protocol/metrics_log.py).
@@ -504,7 +507,7 @@ class LogDir:
 
     def progress_seen(self) -> ProgressSeen | None:
         """What raysub health and watch last saw of the driver's step (None before they saw anything, or
-        when the file is unreadable: the next report starts afresh)."""
+        when the file is unreadable: the next checkup starts afresh)."""
         try:
             record = json.loads(_read(self.file(HEALTH_PROGRESS)) or "")
             step, since = record["step"], float(record["since"])

@@ -267,7 +267,7 @@ FILES = (
         (HEALTH_PROGRESS,),
         "`raysub health` and `watch`",
         "the driver's latest step and since when, and when each of the last 64 step changes was first "
-        "seen, so that a stall and a slow step are seen across reports",
+        "seen, so that a stall and a slow step are seen across checkups",
         "0600",
         "`raysub health`, `watch`: when the run last moved, and how long its steps take",
     ),

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from raysub import protocol
-from raysub.protocol.smoke_report import read_report
+from raysub.protocol.smoke_result import read_result
 from tests.support.batch import FAKES
 from tests.support.minicluster import MiniCluster
 from tests.support.raysub_jobs import assert_clean, job_report, run_job, submit, wait_for
@@ -93,13 +93,13 @@ def test_smoke_places_one_actor_on_each_gpu_slot_and_leaves_no_placement_group(
     finally:
         minicluster.run("scancel", str(job_id))
     minicluster.wait(job_id)
-    report = read_report(out)
-    assert report is not None and report.ok, report
-    slots = {(actor.node, actor.gpu_ids) for actor in report.actors}
-    assert len(report.actors) == len(slots) == 8, report.actors
+    placed = read_result(out)
+    assert placed is not None and placed.ok, placed
+    slots = {(actor.node, actor.gpu_ids) for actor in placed.actors}
+    assert len(placed.actors) == len(slots) == 8, placed.actors
     assert {node for node, _ in slots} == {f"node{k}" for k in range(1, 5)}
     assert all(len(gpu_ids) == 1 for _, gpu_ids in slots)
-    assert (report.allreduce.status, report.allreduce.backend, report.allreduce.world_size) == (
+    assert (placed.allreduce.status, placed.allreduce.backend, placed.allreduce.world_size) == (
         "ok",
         "gloo",
         8,
@@ -117,7 +117,7 @@ def test_render_smoke_runs_the_smoke_test_as_the_jobs_driver(
     assert (result.state, result.exit_code) == ("COMPLETED", 0), job_report(
         minicluster, slurm_tmp, result.job_id
     )
-    report = read_report(logs.file(protocol.SMOKE))
-    assert report is not None and report.ok and len({(a.node, a.gpu_ids) for a in report.actors}) == 4
-    assert report.allreduce.status == "ok"
+    placed = read_result(logs.file(protocol.SMOKE))
+    assert placed is not None and placed.ok and len({(a.node, a.gpu_ids) for a in placed.actors}) == 4
+    assert placed.allreduce.status == "ok"
     assert_clean(minicluster, result.job_id)

@@ -23,7 +23,7 @@ import pytest
 from raysub.node import cleanup, preflight
 from raysub.node.cleanup import Actor, Cleanup, Group, Job, NodeAnswer, Outcome, Worker
 from raysub.protocol.preflight_log import Process
-from raysub.protocol.smoke_report import Node
+from raysub.protocol.smoke_result import Node
 from raysub.spec import JobSpec
 from tests.support.prereq import REPO
 

@@ -25,12 +25,14 @@ DOC = REPO / "docs" / "cli.md"
 def generate() -> str:
     parts = [
         "# Command reference\n\n",
-        "Generated from `raysub --help` by tests/unit/test_docs.py; edit the help texts in raysub/cli.py.\n",
+        "Generated from `raysub --help` by tests/unit/test_docs.py; edit the help texts in raysub/cli/ "
+        "(raysub smoke's in raysub/node/smoke.py).\n",
     ]
     assert isinstance(cli, click.Group)
     for args in [[], *([name] for name in sorted(cli.commands))]:
         title = " ".join(["raysub", *args])
-        result = CliRunner().invoke(cli, [*args, "--help"], terminal_width=100)
+        # COLUMNS: raysub smoke's help comes from a program of its own, as wide as the terminal it is told.
+        result = CliRunner().invoke(cli, [*args, "--help"], terminal_width=100, env={"COLUMNS": "100"})
         assert result.exit_code == 0, result.output
         parts.append(f"\n## `{title}`\n\n```\n{result.output}```\n")
     return "".join(parts)
@@ -69,7 +71,9 @@ def test_protocol_files_table_is_up_to_date() -> None:
     rows = [(", ".join(f"`{n}`" for n in doc.files), doc.writer, doc.content) for doc in file_table.FILES]
     table = markdown_table(("file", "written by", "content"), rows)
     check_generated(
-        REPO / "docs" / "protocol.md", "the table of LOG_DIR's files (raysub/protocol/file_table.py FILES)", table
+        REPO / "docs" / "protocol.md",
+        "the table of LOG_DIR's files (raysub/protocol/file_table.py FILES)",
+        table,
     )
 
 
@@ -146,4 +150,3 @@ def test_architecture_states_the_script_sizes_as_measured() -> None:
         rows.append((name, str(readable), str(script.count("\n")), f"{len(script.encode()) // 1024} KiB"))
     table = markdown_table(("job", "lines before the PAYLOAD line", "lines in all", "size"), rows)
     check_generated(REPO / "docs" / "architecture.md", "script sizes", table)
-

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from raysub.monitor import table
-from raysub.node.sidecar import IdleWatch
+from raysub.node.sidecar import IdleAlarm
 from raysub.protocol.metrics_log import MetricsFile, snapshot_line
 from raysub.protocol.ray_metrics import RayGpuMonitor, summarize, tokens_per_second_per_gpu
 from raysub.protocol.readings import GIB, GpuMetrics, NodeMetrics, parse_node_metrics
@@ -227,7 +227,7 @@ def test_metrics_file_halves_its_resolution_to_stay_bounded(tmp_path: Path) -> N
     assert len(steps) <= 2 and min(steps) > 1  # evenly thinned
 
 
-def test_idle_watch_warns_once_per_idle_stretch() -> None:
+def test_the_idle_alarm_warns_once_per_idle_stretch() -> None:
     def nodes(*utils: float | None) -> dict[str, NodeMetrics]:
         text = exposition(
             "10.0.0.1",
@@ -239,24 +239,24 @@ def test_idle_watch_warns_once_per_idle_stretch() -> None:
         )
         return {"n": parse_node_metrics(text)}
 
-    watch = IdleWatch(threshold=5.0, after=60)
-    assert watch.update(nodes(1.0, None), 0) is None
-    assert watch.update(nodes(1.0, 2.0), 59) is None
-    assert watch.update(nodes(1.0, 2.0), 60) == "all 2 GPUs below 5% for 60 s"
-    assert watch.update(nodes(1.0, 2.0), 120) is None
-    assert watch.update(nodes(50.0, 2.0), 130) is None
-    assert watch.update(nodes(None, None), 200) is None  # nothing known: not called idle
-    assert watch.update(nodes(0.0, 0.0), 300) is None
-    assert watch.update(nodes(0.0, 0.0), 400) == "all 2 GPUs below 5% for 100 s"
+    alarm = IdleAlarm(threshold=5.0, after=60)
+    assert alarm.update(nodes(1.0, None), 0) is None
+    assert alarm.update(nodes(1.0, 2.0), 59) is None
+    assert alarm.update(nodes(1.0, 2.0), 60) == "all 2 GPUs below 5% for 60 s"
+    assert alarm.update(nodes(1.0, 2.0), 120) is None
+    assert alarm.update(nodes(50.0, 2.0), 130) is None
+    assert alarm.update(nodes(None, None), 200) is None  # nothing known: not called idle
+    assert alarm.update(nodes(0.0, 0.0), 300) is None
+    assert alarm.update(nodes(0.0, 0.0), 400) == "all 2 GPUs below 5% for 100 s"
 
 
-def test_idle_watch_takes_gpus_without_utilisation_for_unknown_not_idle() -> None:
+def test_the_idle_alarm_takes_gpus_without_utilisation_for_unknown_not_idle() -> None:
     unknown = parse_node_metrics(H200_RAY_2_49.read_text())  # 8 GPUs, no utilisation
-    watch = IdleWatch(threshold=5.0, after=60)
-    assert all(watch.update({"h200": unknown}, t) is None for t in range(0, 3600, 5))
+    alarm = IdleAlarm(threshold=5.0, after=60)
+    assert all(alarm.update({"h200": unknown}, t) is None for t in range(0, 3600, 5))
     idle = parse_node_metrics(exposition("10.0.0.2", 0, 0, 1, (Gpu("0", H100, 1.0, 0, 1),), padding=False))
-    assert watch.update({"h200": unknown, "idle": idle}, 4000) is None
-    warning = watch.update({"h200": unknown, "idle": idle}, 4060)
+    assert alarm.update({"h200": unknown, "idle": idle}, 4000) is None
+    warning = alarm.update({"h200": unknown, "idle": idle}, 4060)
     assert warning == "all 1 GPUs below 5% for 60 s (8 more report no utilisation)"
 
 
@@ -286,7 +286,7 @@ def test_sidecar_writes_snapshots_and_warns_of_idle_gpus_once(tmp_path: Path) ->
             LogDir(tmp_path),
             "node1",
             0.5,
-            sidecar.IdleWatch(5, 1),
+            sidecar.IdleAlarm(5, 1),
             lambda: urls,
             lambda: not files["ENDED"].exists(),
         )

@@ -213,7 +213,7 @@ def test_attach_to_a_worker_the_job_does_not_have(raysub_cli: RunCli, base: Path
     assert "has no worker 9" in result.stderr
 
 
-def test_status_watch_redraws_until_the_driver_starts(
+def test_status_follow_redraws_until_the_driver_starts(
     raysub_cli: RunCli, base: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sleeps: list[float] = []
@@ -223,15 +223,28 @@ def test_status_watch_redraws_until_the_driver_starts(
         (base / "4711-1-logs" / protocol.DRIVER_STARTED).write_text("x\n")
 
     monkeypatch.setattr("time.sleep", sleep)
-    result = raysub_cli("status", "--log-dir", str(base), "--watch", "--interval", "3")
-    assert result.code == 0, result.stderr
+    result = raysub_cli("status", "--log-dir", str(base), "--follow", "--interval", "3")
+    assert (result.code, result.stderr) == (0, "")
     assert sleeps == [3.0]
     assert "[" + "#" * 20 + "." * 10 + "] 2/3" in result.stdout
     assert "driver running" in result.stdout
 
 
+def test_status_watch_is_still_status_follow_but_says_so(
+    raysub_cli: RunCli, base: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(
+        "time.sleep", lambda seconds: (base / "4711-1-logs" / protocol.DRIVER_STARTED).touch()
+    )
+    result = raysub_cli("status", "--log-dir", str(base), "--watch")
+    assert result.code == 0, result.stderr
+    assert result.stderr == "raysub: warning: status --watch is now status --follow\n"
+    assert "driver running" in result.stdout
+    assert "--watch" not in raysub_cli("status", "--help").stdout
+
+
 def test_status_interval_below_two_seconds_is_refused(raysub_cli: RunCli, base: Path) -> None:
-    result = raysub_cli("status", "--log-dir", str(base), "--watch", "--interval", "0.5")
+    result = raysub_cli("status", "--log-dir", str(base), "--follow", "--interval", "0.5")
     assert result.code == 2
 
 

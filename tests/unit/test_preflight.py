@@ -24,7 +24,7 @@ from raysub.protocol.preflight_log import Check, Finding, Gpu, Process
 from raysub.spec import JobSpec
 from tests.support.batch import FAKES
 from tests.support.prereq import REPO
-from tests.unit.test_job_watch import FakeClock
+from tests.unit.test_job_poll import FakeClock
 
 SAMPLES = REPO / "tests" / "fixtures" / "nvidia-smi"
 H100 = "NVIDIA H100 80GB HBM3"

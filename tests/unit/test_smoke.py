@@ -13,8 +13,8 @@ import pytest
 from raysub import protocol
 from raysub.node import smoke
 from raysub.node.smoke import Options
-from raysub.protocol import smoke_report
-from raysub.protocol.smoke_report import AllReduce, Node, Placement
+from raysub.protocol import smoke_result
+from raysub.protocol.smoke_result import AllReduce, Node, Placement
 from raysub.render import render
 from raysub.spec import JobSpec
 from raysub.validate import extract
@@ -113,23 +113,30 @@ def test_the_node_table_against_the_job() -> None:
     assert smoke.node_problems([NODE1, NODE2], Options()) == []
 
 
-def test_the_plan_one_bundle_per_gpu_packed_or_one_per_node_strictly_spread() -> None:
-    assert smoke.plan([NODE1, NODE2], Options()) == smoke.Plan(True, "PACK", 4, {"GPU": 1, "CPU": 1})
+def test_the_placement_request_one_bundle_per_gpu_packed_or_one_per_node_strictly_spread() -> None:
+    assert smoke.placement_request([NODE1, NODE2], Options()) == smoke.PlacementRequest(
+        True, "PACK", 4, {"GPU": 1, "CPU": 1}
+    )
     # The job's own numbers, not what Ray has: a node that never joined still needs its bundles.
-    assert smoke.plan([NODE1], Options(nodes=4, gpus_per_node=8, head_gpus=0)).count == 24
-    assert smoke.plan([NODE1, NODE2], Options(gpus_per_node=0)) == smoke.Plan(
+    assert smoke.placement_request([NODE1], Options(nodes=4, gpus_per_node=8, head_gpus=0)).count == 24
+    assert smoke.placement_request([NODE1, NODE2], Options(gpus_per_node=0)) == smoke.PlacementRequest(
         False, "STRICT_SPREAD", 2, {"CPU": 1}
     )
-    assert smoke.plan([NODE1, NODE2], Options(strategy="SPREAD")).strategy == "SPREAD"
+    assert smoke.placement_request([NODE1, NODE2], Options(strategy="SPREAD")).strategy == "SPREAD"
     # A lone dedicated head has no GPU to place: one bundle per node instead.
-    assert not smoke.plan([NODE1], Options(nodes=1, gpus_per_node=8, head_gpus=0)).gpus
+    assert not smoke.placement_request([NODE1], Options(nodes=1, gpus_per_node=8, head_gpus=0)).gpus
 
 
 def test_strict_spread_of_more_bundles_than_nodes_is_refused_before_asking_ray() -> None:
-    planned = smoke.plan([NODE1, NODE2], Options(strategy="STRICT_SPREAD"))
-    (problem,) = smoke.strategy_problems(planned, [NODE1, NODE2])
+    request = smoke.placement_request([NODE1, NODE2], Options(strategy="STRICT_SPREAD"))
+    (problem,) = smoke.strategy_problems(request, [NODE1, NODE2])
     assert problem.startswith("STRICT_SPREAD puts each bundle on a node of its own: 4 bundles need 4 nodes")
-    assert smoke.strategy_problems(smoke.plan([NODE1, NODE2], Options(gpus_per_node=0)), [NODE1, NODE2]) == []
+    assert (
+        smoke.strategy_problems(
+            smoke.placement_request([NODE1, NODE2], Options(gpus_per_node=0)), [NODE1, NODE2]
+        )
+        == []
+    )
 
 
 def test_alive_nodes_from_ray_nodes() -> None:
@@ -174,17 +181,17 @@ def test_without_torch_the_all_reduce_is_skipped_unless_required() -> None:
 # ---- smoke.json ----
 
 
-def a_report() -> smoke_report.Report:
-    planned = smoke.plan([NODE1, NODE2], Options())
+def a_result() -> smoke_result.SmokeResult:
+    request = smoke.placement_request([NODE1, NODE2], Options())
     allreduce = smoke.allreduce_result([{"value": 4, "seconds": 0.25}] * 4, "nccl", 2**26)
-    return smoke.make_report(planned, [NODE1, NODE2], whole()[::-1], [], allreduce)
+    return smoke.make_result(request, [NODE1, NODE2], whole()[::-1], [], allreduce)
 
 
 def test_smoke_json_round_trips(tmp_path: Path) -> None:
-    report = a_report()
+    report = a_result()
     path = tmp_path / protocol.SMOKE
-    smoke_report.write_report(path, report)
-    assert smoke_report.read_report(path) == report
+    smoke_result.write_result(path, report)
+    assert smoke_result.read_result(path) == report
     assert [a.bundle for a in report.actors] == [0, 1, 2, 3]  # in bundle order, however they answered
     record = json.loads(path.read_text())
     assert set(record) == {"ok", "strategy", "bundles", "bundle_resources", "nodes", "actors", "problems",
@@ -199,36 +206,36 @@ def test_smoke_json_round_trips(tmp_path: Path) -> None:
 
 def test_a_missing_or_malformed_smoke_json_reads_as_none(tmp_path: Path) -> None:
     path = tmp_path / protocol.SMOKE
-    assert smoke_report.read_report(path) is None
+    assert smoke_result.read_result(path) is None
     for text in (
         "",
         "{",
         "[]",
         '{"ok": true}',
-        json.dumps({**json.loads(smoke_report.report_json(a_report())), "nodes": 3}),
+        json.dumps({**json.loads(smoke_result.result_json(a_result())), "nodes": 3}),
     ):
         path.write_text(text)
-        assert smoke_report.read_report(path) is None, text
+        assert smoke_result.read_result(path) is None, text
 
 
 def test_smoke_json_goes_into_the_jobs_log_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(protocol.ENV_LOG_DIR, raising=False)
-    assert smoke_report.report_path(None) is None
-    assert smoke_report.report_path(tmp_path) == tmp_path / "smoke.json"
+    assert smoke_result.result_path(None) is None
+    assert smoke_result.result_path(tmp_path) == tmp_path / "smoke.json"
     monkeypatch.setenv(protocol.ENV_LOG_DIR, str(tmp_path))
-    assert smoke_report.report_path(None) == tmp_path / "smoke.json"
+    assert smoke_result.result_path(None) == tmp_path / "smoke.json"
 
 
 def test_the_reason_is_one_line() -> None:
-    report = smoke.make_report(None, [], [], ["first\nproblem", "second"])
+    report = smoke.make_result(None, [], [], ["first\nproblem", "second"])
     assert (report.ok, report.reason) == (False, "first problem (and 1 more problems)")
-    assert a_report().ok and a_report().reason == ""
-    failed = smoke.make_report(None, [], [], [], AllReduce("failed", "NCCL timed out"))
+    assert a_result().ok and a_result().reason == ""
+    failed = smoke.make_result(None, [], [], [], AllReduce("failed", "NCCL timed out"))
     assert (failed.ok, failed.reason) == (False, "NCCL timed out")
 
 
 def test_the_table() -> None:
-    lines = smoke.table(a_report()).splitlines()
+    lines = smoke.table(a_result()).splitlines()
     assert lines[0].split() == ["bundle", "node", "IP", "GPU", "ids", "CUDA_VISIBLE_DEVICES"]
     assert lines[1].split() == ["0", "node1", "10.0.0.1", "0", "0"]
     assert lines[5].startswith("all-reduce: nccl, 4 ranks, 64 MiB in 250.0 ms: bus bandwidth 0.40 GB/s")
@@ -254,10 +261,12 @@ def test_render_smoke_makes_the_smoke_test_the_driver() -> None:
     assert "\nLOG_DIR=${_RAYSUB_LOG_DIR:?is not set; run this script through the batch script}\n" in script
     assert script.endswith("\nnode_program smoke --nodes=4 --gpus-per-node=8 --allreduce\n")
     assert "exec " not in script
-    # One definition of how a node program runs: the head's, exactly.
-    head = next(e.text for e in extract(render(spec)) if e.name == protocol.HEAD_SCRIPT)
+    # One definition of how a node program runs, in the shared bash the driver sources, as the head does.
+    assert f'source "${{LOG_DIR}}/{protocol.SHARED_BASH}"' in script
+    shared = next(e.text for e in extract(render(spec)) if e.name == protocol.SHARED_BASH)
     for function in ("ray_python", "node_program"):
-        assert shell_function(script, function) == shell_function(head, function)
+        assert shell_function(shared, function)
+        assert f"\n{function}() {{" not in script
     assert not spec.interactive
     assert protocol.ATTACH_SCRIPT not in [e.name for e in extract(render(spec))]
 
@@ -290,8 +299,12 @@ def test_the_smoke_driver_runs_logdirs_copy_with_rays_python(tmp_path: Path) -> 
     bin_dir.mkdir()
     (bin_dir / "ray").write_text(f"#!{sys.executable}\n")
     (bin_dir / "ray").chmod(0o755)
+    spec = JobSpec(nodes=2, gpus_per_node=4, smoke=True)
     driver = tmp_path / protocol.DRIVER_SCRIPT
-    driver.write_text(driver_script(JobSpec(nodes=2, gpus_per_node=4, smoke=True)))
+    driver.write_text(driver_script(spec))
+    # The shared bash the driver sources, where the batch script writes it.
+    shared = next(e.text for e in extract(render(spec)) if e.name == protocol.SHARED_BASH)
+    (log_dir / protocol.SHARED_BASH).write_text(shared)
     env = {"PATH": f"{bin_dir}:/usr/bin:/bin", protocol.ENV_LOG_DIR: str(log_dir), "PYTHONPATH": "/elsewhere"}
     done = subprocess.run(
         ["bash", str(driver)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60, check=False
@@ -334,31 +347,41 @@ def test_smoke_and_a_command_together_are_a_usage_error(raysub_cli: RunCli) -> N
     assert result.stderr.startswith("raysub: error: ") and "'--smoke'" in result.stderr
 
 
-@pytest.mark.parametrize(
-    "args",
-    [
-        ["--strategy", "STRICT_PACK"],
-        ["--nodes", "0"],
-        ["--gpus-per-node", "-1"],
-        ["--allreduce=sometimes"],
-        ["--timeout", "0"],
-        ["extra"],
-    ],
-)
-def test_raysub_smoke_usage_errors(raysub_cli: RunCli, args: list[str]) -> None:
+USAGE_ERRORS = [
+    ["--strategy", "STRICT_PACK"],
+    ["--nodes", "0"],
+    ["--gpus-per-node", "-1"],
+    ["--allreduce=sometimes"],
+    ["--timeout", "0"],
+    ["extra"],
+]
+
+
+@pytest.mark.parametrize("args", USAGE_ERRORS)
+def test_raysub_smoke_is_the_node_program_by_name(raysub_cli: RunCli, args: list[str]) -> None:
     result = raysub_cli("smoke", *args)
     assert (result.code, result.stdout) == (2, "")
-    assert result.stderr.startswith("raysub: error: ") and result.stderr.count("\n") == 1
+    assert result.stderr.startswith("usage: raysub smoke ")
+    assert result.stderr.splitlines()[-1].startswith("raysub smoke: error: ")
 
 
-@pytest.mark.parametrize(
-    "args", [["--strategy", "BOGUS"], ["--nodes", "0"], ["--allreduce=maybe"], ["--timeout", "-1"]]
-)
-def test_the_node_programs_usage_errors(args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("args", USAGE_ERRORS)
+def test_the_node_programs_usage_errors(
+    args: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(protocol.ENV_SMOKE_PROG, raising=False)
     with pytest.raises(SystemExit) as exit_:
         smoke.main(args)
     assert exit_.value.code == 2
-    assert "usage: python -m raysub.node.smoke" in capsys.readouterr().err
+    assert capsys.readouterr().err.startswith("usage: python -m raysub.node.smoke ")
+
+
+def test_raysub_smoke_help_is_the_programs_with_an_example(raysub_cli: RunCli) -> None:
+    result = raysub_cli("smoke", "--help")
+    assert (result.code, result.stderr) == (0, "")
+    assert result.stdout.startswith("usage: raysub smoke [-h] [--nodes N]")
+    assert "\nExample:\n  raysub attach 4711 -- raysub smoke " in result.stdout
+    assert max(map(len, result.stdout.splitlines())) <= 100
 
 
 def test_allreduce_is_a_flag_with_an_optional_value() -> None:
@@ -366,32 +389,19 @@ def test_allreduce_is_a_flag_with_an_optional_value() -> None:
     assert smoke.parse(["--allreduce"])[0].allreduce == "optional"
     assert smoke.parse(["--allreduce=required"])[0].allreduce == "required"
     assert smoke.parse(["--strategy", "spread"])[0].strategy == "SPREAD"
+    options = smoke.parse(["--nodes", "2", "--gpus-per-node", "2", "--head-gpus", "0", "--timeout", "9"])[0]
+    assert options == Options(nodes=2, gpus_per_node=2, head_gpus=0, timeout=9)
 
 
-@pytest.mark.parametrize(
-    ("args", "allreduce", "strategy"),
-    [
-        ([], None, None),
-        (["--allreduce", "--strategy", "spread"], "optional", "SPREAD"),
-        (["--allreduce=required"], "required", None),
-    ],
-)
-def test_raysub_smoke_passes_its_options_on(
-    raysub_cli: RunCli, monkeypatch: pytest.MonkeyPatch, args: list[str], allreduce: str | None,
-    strategy: str | None,
-) -> None:  # fmt: skip
-    seen: list[Options] = []
-
-    def run(options: Options) -> smoke_report.Report:
-        seen.append(options)
-        return a_report()
-
-    monkeypatch.setattr(smoke, "smoke", run)
+def test_the_result_goes_to_output_else_into_the_log_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv(protocol.ENV_LOG_DIR, raising=False)
-    result = raysub_cli("smoke", "--nodes", "2", "--gpus-per-node", "2", *args)
-    assert (result.code, result.stderr) == (0, "")
-    assert result.stdout == smoke.table(a_report()) + "\n"
-    assert seen == [Options(nodes=2, gpus_per_node=2, strategy=strategy, allreduce=allreduce)]
+    assert smoke.parse([])[1] is None
+    assert smoke.parse(["--log-dir", str(tmp_path)])[1] == tmp_path / protocol.SMOKE
+    assert smoke.parse(["-o", "out.json", "--log-dir", str(tmp_path)])[1] == Path("out.json")
+    monkeypatch.setenv(protocol.ENV_LOG_DIR, str(tmp_path))
+    assert smoke.parse([])[1] == tmp_path / protocol.SMOKE
 
 
 def test_without_ray_smoke_fails_with_one_line_and_writes_why(
@@ -402,12 +412,12 @@ def test_without_ray_smoke_fails_with_one_line_and_writes_why(
     out = tmp_path / "out.json"
     result = raysub_cli("smoke", "--allreduce", "--strategy", "spread", "--timeout", "5", "-o", str(out))
     assert result.code == 1
-    assert result.stderr.startswith(f"raysub: smoke test failed: cannot connect to Ray at {NO_RAY}")
+    assert result.stderr.startswith(f"raysub smoke: cannot connect to Ray at {NO_RAY}")
     assert result.stderr.count("\n") == 1
     assert result.stdout.splitlines()[-1] == "FAILED"
-    written = smoke_report.read_report(out)
+    written = smoke_result.read_result(out)
     assert written is not None and not written.ok
-    # The node program: the same, into --log-dir (or the job's LOG_DIR).
+    # The node program in this process: the same, into the job's LOG_DIR.
     monkeypatch.setenv(protocol.ENV_LOG_DIR, str(tmp_path))
     assert smoke.main(["--timeout", "5"]) == smoke.FAILED
     assert (tmp_path / protocol.SMOKE).exists()

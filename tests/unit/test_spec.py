@@ -9,7 +9,7 @@ import click
 import pytest
 
 from raysub import protocol
-from raysub.cli import render as render_command
+from raysub.cli.authoring import render as render_command
 from raysub.protocol import AuthMode
 from raysub.render import render
 from raysub.spec import (

@@ -15,7 +15,7 @@ import pytest
 
 from raysub import protocol, slurm
 from raysub import watch as watching
-from raysub.health.report import Finding, Severity
+from raysub.health.checkup import Finding, Severity
 from raysub.jobs import Job
 from raysub.slurm import BatchScript, SlurmState
 from raysub.watch import (
@@ -36,7 +36,7 @@ from raysub.watch import (
     decide,
 )
 from tests.conftest import RunCli
-from tests.unit.test_job_watch import FakeClock
+from tests.unit.test_job_poll import FakeClock
 
 START = 1_800_000_000.0
 INTERVAL = 60.0

@@ -1,5 +1,5 @@
 """raysub health over LOG_DIRs written with the protocol's writers and recorded-format log lines (Slurm's
-answer faked): each finding, the verdict and exit status, the stall and the slow step seen across reports,
+answer faked): each finding, the verdict and exit status, the stall and the slow step seen across checkups,
 and the driver's log read from its tail as raysub watch reads it."""
 
 import dataclasses
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from raysub import protocol
-from raysub.health.report import Finding, Options, Severity, StallWatch, Verdict, check, stall_check
+from raysub.health.checkup import Finding, Options, Severity, StallCheck, Verdict, check, stall_check
 from raysub.health.stall import CARRY_MAX, DriverTail, median_step_time, step_times
 from raysub.jobs import Job
 from raysub.protocol.metrics_log import snapshot_line
@@ -68,14 +68,19 @@ def write_snapshots(job: Job, nodes: dict[str, NodeMetrics], times: list[float])
 def test_a_running_job_making_progress_is_healthy_with_its_step(tmp_path: Path) -> None:
     job = running_job(tmp_path, STEPS + IB_HEAD)
     write_snapshots(job, {"node1": gpus(90.0, 85.0)}, [NOW - 20, NOW - 10])
-    report = check(job, RUNNING, Options(), now=NOW)
-    assert (report.verdict, report.findings, report.step, report.state) == (Verdict.HEALTHY, [], 7, "RUNNING")
-    assert report.steps_per_second == pytest.approx(0.5)
-    assert report.resources == {"GPU": {"used": 8.0, "total": 8.0}}
-    assert json.loads(report.to_json())["healthy"] is True
+    checkup = check(job, RUNNING, Options(), now=NOW)
+    assert (checkup.verdict, checkup.findings, checkup.step, checkup.state) == (
+        Verdict.HEALTHY,
+        [],
+        7,
+        "RUNNING",
+    )
+    assert checkup.steps_per_second == pytest.approx(0.5)
+    assert checkup.resources == {"GPU": {"used": 8.0, "total": 8.0}}
+    assert json.loads(checkup.to_json())["healthy"] is True
 
 
-def test_a_step_that_does_not_move_is_a_stall_across_reports(tmp_path: Path) -> None:
+def test_a_step_that_does_not_move_is_a_stall_across_checkups(tmp_path: Path) -> None:
     job = running_job(tmp_path)
     options = Options(stall_after=300)
     assert check(job, RUNNING, options, now=NOW).verdict == Verdict.HEALTHY  # first seen: step 7
@@ -117,24 +122,24 @@ def append(job: Job, text: str, at: float, path: Path | None = None) -> None:
     os.utime(path, (at, at))
 
 
-def steps_of_100_s(job: Job, watch: StallWatch) -> float:
+def steps_of_100_s(job: Job, checker: StallCheck) -> float:
     """Steps 1 to 5 printed and seen 100 s apart; returns when step 5 was seen."""
     for step in range(1, 6):
         append(job, verl_step(step), NOW + 100 * step)
-        assert watch(job, now=NOW + 100 * step) is None
+        assert checker(job, now=NOW + 100 * step) is None
     return NOW + 500
 
 
 def test_a_long_step_that_keeps_printing_is_slow_then_stalled_past_the_larger_limit(tmp_path: Path) -> None:
     job = running_job(tmp_path, "")
-    watch = StallWatch(Options(stall_after=300))
-    seen = steps_of_100_s(job, watch)
+    checker = StallCheck(Options(stall_after=300))
+    seen = steps_of_100_s(job, checker)
     append(job, ROLLOUT, seen + 250)
-    assert watch(job, now=seen + 250) is None  # not 3 median steps yet
+    assert checker(job, now=seen + 250) is None  # not 3 median steps yet
     findings: list[Finding | None] = []
     for taken in range(400, 7200, 200):  # an evaluation, 2 hours long, printing all along
         append(job, ROLLOUT, seen + taken)
-        findings.append(watch(job, now=seen + taken))
+        findings.append(checker(job, now=seen + taken))
     assert {(f.kind, f.severity) if f else None for f in findings} == {("slow_step", Severity.WARNING)}
     first = findings[0]
     assert first is not None and first.line == verl_step(5).strip()
@@ -143,26 +148,26 @@ def test_a_long_step_that_keeps_printing_is_slow_then_stalled_past_the_larger_li
         "without output, or at 7200 s"
     )
     append(job, ROLLOUT, seen + 7200)
-    stall = watch(job, now=seen + 7200)  # the default limit: 2 hours (10 median steps are less)
+    stall = checker(job, now=seen + 7200)  # the default limit: 2 hours (10 median steps are less)
     assert stall is not None and (stall.kind, stall.severity) == ("stall", Severity.ERROR)
     assert stall.reason == (
         "no new step after step 5 for 7200 s while the driver keeps printing: past the slow-step limit of "
         "7200 s, the median step time 100 s"
     )
     append(job, verl_step(6), seen + 7260)
-    assert watch(job, now=seen + 7260) is None  # it moved after all
+    assert checker(job, now=seen + 7260) is None  # it moved after all
 
 
 def test_the_slow_step_limit_is_an_option(tmp_path: Path) -> None:
     job = running_job(tmp_path, "")
-    watch = StallWatch(Options(stall_after=300, slow_step_limit=1500))
-    seen = steps_of_100_s(job, watch)
+    checker = StallCheck(Options(stall_after=300, slow_step_limit=1500))
+    seen = steps_of_100_s(job, checker)
     for taken in range(400, 1500, 200):
         append(job, ROLLOUT, seen + taken)
-        finding = watch(job, now=seen + taken)
+        finding = checker(job, now=seen + taken)
         assert finding is not None and finding.kind == "slow_step"
     append(job, ROLLOUT, seen + 1500)
-    stall = watch(job, now=seen + 1500)
+    stall = checker(job, now=seen + 1500)
     assert stall is not None and stall.reason.startswith(
         "no new step after step 5 for 1500 s while the driver"
     )
@@ -170,10 +175,10 @@ def test_the_slow_step_limit_is_an_option(tmp_path: Path) -> None:
 
 def test_a_silent_driver_is_stalled_after_stall_after(tmp_path: Path) -> None:
     job = running_job(tmp_path, STEPS.replace(" - timing_s/step:2.0", ""))  # step 7 at NOW - 10, no rate
-    watch = StallWatch(Options())
-    assert watch(job, now=NOW) is None
-    assert watch(job, now=NOW + 1780) is None
-    stall = watch(job, now=NOW + 1790)
+    checker = StallCheck(Options())
+    assert checker(job, now=NOW) is None
+    assert checker(job, now=NOW + 1780) is None
+    stall = checker(job, now=NOW + 1790)
     assert stall == Finding(
         Severity.ERROR,
         "stall",
@@ -184,23 +189,23 @@ def test_a_silent_driver_is_stalled_after_stall_after(tmp_path: Path) -> None:
 
 def test_a_silent_driver_s_slow_step_is_a_warning_before_it_is_a_stall(tmp_path: Path) -> None:
     job = running_job(tmp_path)  # step 7 at NOW - 10, 2 s a step as verl says
-    watch = StallWatch(Options())
-    assert watch(job, now=NOW + 50) is None
-    slow = watch(job, now=NOW + 100)
+    checker = StallCheck(Options())
+    assert checker(job, now=NOW + 50) is None
+    slow = checker(job, now=NOW + 100)
     assert slow is not None and (slow.kind, slow.severity) == ("slow_step", Severity.WARNING)
     assert slow.reason.startswith("no new step after step 7 for 110 s, 55 times the median step time (2 s);")
-    stall = watch(job, now=NOW + 1790)
+    stall = checker(job, now=NOW + 1790)
     assert stall is not None and (stall.kind, stall.severity) == ("stall", Severity.ERROR)
 
 
 def test_before_the_first_step_only_silence_is_a_stall(tmp_path: Path) -> None:
     job = running_job(tmp_path, "")
-    watch = StallWatch(Options(stall_after=300))
+    checker = StallCheck(Options(stall_after=300))
     for minute in range(0, 4 * 60, 4):  # four hours of loading and compiling, printing
         line = "(TaskRunner pid=12) Loading safetensors checkpoint shards:  50% Completed | 4/8\n"
         append(job, line, NOW + 60 * minute)
-        assert watch(job, now=NOW + 60 * minute) is None
-    stall = watch(job, now=NOW + 60 * 236 + 300)
+        assert checker(job, now=NOW + 60 * minute) is None
+    stall = checker(job, now=NOW + 60 * 236 + 300)
     assert stall is not None and stall.reason == "no output from the driver for 300 s"
 
 
@@ -208,9 +213,9 @@ def test_raysub_health_warns_of_a_slow_step_from_the_rate_the_log_states(tmp_pat
     job = running_job(tmp_path)  # timing_s/step:2.0
     assert check(job, RUNNING, Options(), now=NOW).findings == []  # step 7 first seen
     append(job, ROLLOUT, NOW + 590)
-    report = check(job, RUNNING, Options(), now=NOW + 600)
-    [slow] = report.findings
-    assert (slow.kind, slow.severity, report.verdict) == ("slow_step", Severity.WARNING, Verdict.UNHEALTHY)
+    checkup = check(job, RUNNING, Options(), now=NOW + 600)
+    [slow] = checkup.findings
+    assert (slow.kind, slow.severity, checkup.verdict) == ("slow_step", Severity.WARNING, Verdict.UNHEALTHY)
     assert slow.reason.startswith("no new step after step 7 for 610 s, 305 times the median step time (2 s);")
 
 
@@ -267,17 +272,17 @@ def latest_step(tail: DriverTail) -> int | None:
 
 def test_a_restarted_driver_s_log_is_read_afresh(tmp_path: Path) -> None:
     job = running_job(tmp_path)
-    watch = StallWatch(Options(stall_after=300))
-    assert watch(job, now=NOW) is None
-    [tail] = watch.tails.values()
+    checker = StallCheck(Options(stall_after=300))
+    assert checker(job, now=NOW) is None
+    [tail] = checker.tails.values()
     assert (tail.path, latest_step(tail)) == (job.logs.driver_log, 7)
     restart = job.logs.file(protocol.driver_log_name(1))
     append(job, "(TaskRunner pid=99) loading checkpoint from global_step_5\n", NOW + 60, restart)
-    assert watch(job, now=NOW + 60) is None
+    assert checker(job, now=NOW + 60) is None
     assert (tail.path, latest_step(tail)) == (restart, None)
     assert job.logs.progress_seen() == protocol.ProgressSeen(None, NOW + 60, ((7, NOW - 10),))
     append(job, verl_step(6), NOW + 120, restart)
-    assert watch(job, now=NOW + 120) is None
+    assert checker(job, now=NOW + 120) is None
     assert latest_step(tail) == 6
 
 
@@ -359,9 +364,9 @@ def test_the_command_takes_a_slow_step_limit(
 )  # fmt: skip
 def test_slurm_states(tmp_path: Path, state: str | None, verdict: Verdict) -> None:
     job = running_job(tmp_path)
-    report = check(job, SlurmState(state), Options(), now=NOW)
-    assert report.verdict == verdict
-    assert report.state == {None: "UNKNOWN", "COMPLETING": "RUNNING"}.get(state, state)
+    checkup = check(job, SlurmState(state), Options(), now=NOW)
+    assert checkup.verdict == verdict
+    assert checkup.state == {None: "UNKNOWN", "COMPLETING": "RUNNING"}.get(state, state)
 
 
 def test_gpus_idle_while_the_driver_runs(tmp_path: Path) -> None:
@@ -383,13 +388,13 @@ def test_a_node_on_sockets_among_ib_nodes_and_a_fatal_line_on_its_node(tmp_path:
     job = running_job(tmp_path, STEPS + IB_HEAD + SOCKET_WORKER + oom)
     node2 = dataclasses.replace(gpus(90.0), ip="10.0.0.2")
     write_snapshots(job, {"node1": gpus(90.0), "node2": node2}, [NOW - 10])
-    report = check(job, RUNNING, Options(), now=NOW)
-    kinds = {f.kind: f for f in report.findings}
+    checkup = check(job, RUNNING, Options(), now=NOW)
+    kinds = {f.kind: f for f in checkup.findings}
     assert set(kinds) == {"nccl", "fatal"}
     assert "sockets (TCP) on node2 while node1" in kinds["nccl"].reason
     assert (kinds["fatal"].node, kinds["fatal"].severity) == ("node2", Severity.ERROR)
     assert kinds["fatal"].line is not None and "CUDA out of memory" in kinds["fatal"].line
-    assert report.verdict == Verdict.UNHEALTHY
+    assert checkup.verdict == Verdict.UNHEALTHY
 
 
 def test_the_newest_complete_checkpoint_is_named(tmp_path: Path) -> None:
@@ -399,8 +404,8 @@ def test_the_newest_complete_checkpoint_is_named(tmp_path: Path) -> None:
         (checkpoints / f"step_{step}").mkdir(parents=True)
     for step in (100, 200):
         (checkpoints / f"step_{step}" / "DONE").write_text("")
-    report = check(job, RUNNING, Options(checkpoint_dir=checkpoints, checkpoint_marker="DONE"), now=NOW)
-    assert report.checkpoint == str(checkpoints / "step_200")
+    checkup = check(job, RUNNING, Options(checkpoint_dir=checkpoints, checkpoint_marker="DONE"), now=NOW)
+    assert checkup.checkpoint == str(checkpoints / "step_200")
 
 
 def test_checkpoints_of_several_runs_are_a_warning(tmp_path: Path) -> None:
@@ -408,12 +413,12 @@ def test_checkpoints_of_several_runs_are_a_warning(tmp_path: Path) -> None:
     for run in ("run_a", "run_b"):
         (tmp_path / "ckpt" / run / "step_100").mkdir(parents=True)
         (tmp_path / "ckpt" / run / "step_100" / "training_info.json").write_text("{}")
-    report = check(job, RUNNING, Options(checkpoint_dir=tmp_path / "ckpt"), now=NOW)
-    [finding] = [f for f in report.findings if f.kind == "checkpoint"]
+    checkup = check(job, RUNNING, Options(checkpoint_dir=tmp_path / "ckpt"), now=NOW)
+    [finding] = [f for f in checkup.findings if f.kind == "checkpoint"]
     assert finding.severity == Severity.WARNING
     expected = f"{tmp_path / 'ckpt'}: complete checkpoints in 2 directories (run_a, run_b)"
     assert finding.reason.startswith(expected)
-    assert report.checkpoint is None
+    assert checkup.checkpoint is None
 
 
 def test_the_command_exits_with_the_verdict(

@@ -1,5 +1,6 @@
-"""One health report of a job: Slurm's state, training progress and stalls, idle GPUs, the NCCL transport of
-each node, fatal log lines, Ray's resources and the latest checkpoint, as findings (docs/health.md).
+"""One checkup of a job's health: Slurm's state, training progress and stalls, idle GPUs, the NCCL transport
+of each node, fatal log lines, Ray's resources and the latest checkpoint, as findings and a verdict
+(docs/health.md).
 
 Everything is read from LOG_DIR and one Slurm query; nothing connects to Ray from the login node.
 """
@@ -37,7 +38,7 @@ class Verdict(IntEnum):
     CANNOT_TELL = 2
 
 
-# Slurm's many states, as the report names them; anything else is UNKNOWN.
+# Slurm's many states, as a checkup names them; anything else is UNKNOWN.
 STATES = {
     **{s: s for s in ("PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED")},
     **{s: s for s in ("NODE_FAIL", "OUT_OF_MEMORY", "REQUEUED")},
@@ -86,7 +87,10 @@ SLOW_STEP_LIMIT_FLOOR = 2 * 3600.0
 
 
 @dataclass
-class Report:
+class Checkup:
+    """What raysub health says of a job: its verdict and the findings behind it, with its progress, Ray's
+    resources in use and the newest complete checkpoint."""
+
     job_id: str
     state: str
     verdict: Verdict
@@ -154,8 +158,8 @@ def driver_running(logs: protocol.LogDir) -> bool:
 
 def remember(logs: protocol.LogDir, step: int | None, changed: float, now: float) -> protocol.ProgressSeen:
     """LOG_DIR's memory of the step (health_progress.json), brought up to date with ``step``, so that
-    reports and watch intervals add up. A step first seen is dated by the log's last change on the first
-    report (so that a stall is never called early), by ``now`` on later ones; each new step joins the
+    checkups and watch intervals add up. A step first seen is dated by the log's last change on the first
+    checkup (so that a stall is never called early), by ``now`` on later ones; each new step joins the
     sightings the step time is measured from."""
     before = logs.progress_seen()
     if before is not None and before.step == step:
@@ -300,7 +304,7 @@ def verdict(state: str, findings: list[Finding], logs: protocol.LogDir) -> Verdi
     return Verdict.HEALTHY
 
 
-def check(job: Job, slurm: SlurmState, options: Options, now: float | None = None) -> Report:
+def check(job: Job, slurm: SlurmState, options: Options, now: float | None = None) -> Checkup:
     """The job's health now (``now``: epoch seconds, default the clock)."""
     now = time.time() if now is None else now
     logs = job.logs
@@ -320,7 +324,7 @@ def check(job: Job, slurm: SlurmState, options: Options, now: float | None = Non
             found = latest_checkpoint(options.checkpoint_dir, options.checkpoint_marker)
         except AmbiguousCheckpoints as error:
             findings.append(Finding(Severity.WARNING, "checkpoint", str(error)))
-    return Report(
+    return Checkup(
         job_id=job.job_id,
         state=state,
         verdict=verdict(state, findings, logs),
@@ -333,7 +337,7 @@ def check(job: Job, slurm: SlurmState, options: Options, now: float | None = Non
     )
 
 
-class StallWatch:
+class StallCheck:
     """raysub health's stall rule (:func:`stall_finding`) for a job asked about again and again, from its
     LOG_DIR alone (no Slurm query): each job's driver log is read on from where the previous call stopped
     (:class:`DriverTail`), so a call costs what the driver wrote since, never the whole log. The readers of
@@ -360,5 +364,5 @@ class StallWatch:
 
 
 def stall_check(options: Options) -> Callable[[Job], Finding | None]:
-    """raysub watch's stall check: a :class:`StallWatch`, called with each job every interval."""
-    return StallWatch(options)
+    """raysub watch's stall check: a :class:`StallCheck`, called with each job every interval."""
+    return StallCheck(options)

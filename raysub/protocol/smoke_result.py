@@ -1,4 +1,4 @@
-"""smoke.json, the smoke test's report (raysub/node/smoke.py runs the test): one JSON object saying whether
+"""smoke.json, the smoke test's result (raysub/node/smoke.py runs the test): one JSON object saying whether
 every check passed, what was asked of Ray, where each actor ran, what was wrong and how the all-reduce went.
 Written atomically once the test ends; the writer and the reader are side by side with the types they hold.
 """
@@ -59,7 +59,7 @@ class AllReduce:
 
 
 @dataclass(frozen=True)
-class Report:
+class SmokeResult:
     """smoke.json: the outcome, what was asked of Ray, where each actor ran, what was wrong."""
 
     ok: bool
@@ -88,27 +88,27 @@ def one_line(text: object, limit: int = 400) -> str:
     return words if len(words) <= limit else words[: limit - 1] + "…"
 
 
-def report_path(log_dir: str | os.PathLike[str] | None) -> Path | None:
+def result_path(log_dir: str | os.PathLike[str] | None) -> Path | None:
     """LOG_DIR/smoke.json, for ``log_dir`` or else the job's LOG_DIR (set for the driver); None outside
     a job, where nothing is written."""
     directory = log_dir if log_dir is not None else os.environ.get(protocol.ENV_LOG_DIR)
     return Path(directory) / protocol.SMOKE if directory else None
 
 
-def report_json(report: Report) -> str:
-    return json.dumps(asdict(report), indent=1) + "\n"
+def result_json(result: SmokeResult) -> str:
+    return json.dumps(asdict(result), indent=1) + "\n"
 
 
-def write_report(path: Path, report: Report) -> None:
-    """``report`` into ``path`` atomically (a reader never sees half of it)."""
-    protocol.write_atomic(path, report_json(report))
+def write_result(path: Path, result: SmokeResult) -> None:
+    """``result`` into ``path`` atomically (a reader never sees half of it)."""
+    protocol.write_atomic(path, result_json(result))
 
 
-def read_report(path: Path) -> Report | None:
-    """smoke.json as written by write_report; None when it is missing or not such a report."""
+def read_result(path: Path) -> SmokeResult | None:
+    """smoke.json as written by write_result; None when it is missing or not such a result."""
     try:
         record = json.loads(path.read_text())
-        return Report(
+        return SmokeResult(
             ok=bool(record["ok"]),
             strategy=record["strategy"],
             bundles=int(record["bundles"]),

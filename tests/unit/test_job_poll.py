@@ -10,7 +10,7 @@ from raysub import protocol
 from raysub.jobs import Job
 from raysub.protocol import LogDir
 from raysub.slurm import SlurmState
-from raysub.status import SLURM_MIN_INTERVAL, JobWatch
+from raysub.status import SLURM_MIN_INTERVAL, JobPoll
 from tests.conftest import RunCli
 from tests.unit.test_operator_cli import write_attempt
 
@@ -30,7 +30,7 @@ class FakeClock:
         self.now += seconds
 
 
-def test_job_watch_asks_slurm_at_most_once_per_interval(tmp_path: Path) -> None:
+def test_job_poll_asks_slurm_at_most_once_per_interval(tmp_path: Path) -> None:
     job = Job("12", 0, LogDir(tmp_path))
     clock = FakeClock()
     asked: list[float] = []
@@ -39,15 +39,15 @@ def test_job_watch_asks_slurm_at_most_once_per_interval(tmp_path: Path) -> None:
         asked.append(clock.now)
         return SlurmState("COMPLETED" if clock.now >= 9 else "RUNNING")
 
-    watch = JobWatch(job, clock=clock.monotonic, ask=ask)
+    poll = JobPoll(job, clock=clock.monotonic, ask=ask)
     polls = 0
-    while not watch.over():
+    while not poll.over():
         polls += 1
         clock.sleep(0.5)
     assert SLURM_MIN_INTERVAL == 2
     assert asked == [0, 2, 4, 6, 8, 10]
     assert polls == 20  # t = 0, 0.5, ..., 9.5: not over yet
-    assert watch.slurm_state().state == "COMPLETED"
+    assert poll.slurm_state().state == "COMPLETED"
 
 
 def test_ended_is_checked_on_every_poll_without_asking_slurm(tmp_path: Path) -> None:
@@ -59,11 +59,11 @@ def test_ended_is_checked_on_every_poll_without_asking_slurm(tmp_path: Path) -> 
         asked.append(clock.now)
         return SlurmState("RUNNING")
 
-    watch = JobWatch(job, clock=clock.monotonic, ask=ask)
-    assert not watch.over()
+    poll = JobPoll(job, clock=clock.monotonic, ask=ask)
+    assert not poll.over()
     clock.sleep(0.5)
     job.logs.ended.write_text("driver exited with status 0\n")
-    assert watch.over()
+    assert poll.over()
     assert asked == [0]
 
 

@@ -1,0 +1,64 @@
+"""The ``raysub`` command line: parses options, calls the library, prints.
+
+One module per kind of command: authoring a job (render, plan, validate), operating one (status, logs,
+attach, monitor, report), keeping a run going (health, watch), and the smoke test; the options several
+commands share are in options.py. Nothing here imports ray at module level, so ``raysub --help`` stays fast.
+"""
+
+import sys
+from collections.abc import Sequence
+
+import click
+
+from raysub import __version__
+from raysub.cli import authoring, keeping, operating, smoke
+from raysub.protocol import UntrustedFile
+
+
+@click.group(
+    name="raysub", context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100}
+)
+@click.version_option(__version__, "-V", "--version", prog_name="raysub")
+def cli() -> None:
+    """Ray on Slurm: render an sbatch script that brings a Ray cluster up in seconds and fails loudly.
+
+    \b
+    Example:
+      raysub render --nodes 4 --gpus-per-node 8 -- python train.py > job.sub
+      raysub validate --strict job.sub && sbatch job.sub
+    """
+
+
+for command in (
+    authoring.render,
+    authoring.plan,
+    authoring.validate,
+    operating.status,
+    operating.logs,
+    operating.attach,
+    operating.monitor,
+    operating.report,
+    keeping.health,
+    keeping.watch,
+    smoke.smoke,
+):
+    cli.add_command(command)
+
+
+def main(args: Sequence[str] | None = None) -> None:
+    """Entry point: errors in how raysub was called are one line on stderr and exit status 2."""
+    try:
+        status = cli.main(args=args, prog_name="raysub", standalone_mode=False)
+    except click.UsageError as error:
+        click.echo(f"raysub: error: {error.format_message()}", err=True)
+        sys.exit(2)
+    except click.ClickException as error:
+        error.show()
+        sys.exit(error.exit_code)
+    except click.Abort:
+        click.echo("raysub: aborted", err=True)
+        sys.exit(1)
+    except UntrustedFile as error:  # a job's signal file that someone else could have written
+        click.echo(f"raysub: error: {error}", err=True)
+        sys.exit(1)
+    sys.exit(status if isinstance(status, int) else 0)

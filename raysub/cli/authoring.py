@@ -1,0 +1,361 @@
+"""Authoring a job: raysub render (the batch script), raysub plan (the nodes a run needs) and raysub validate
+(the script's bash, checked)."""
+
+import sys
+from dataclasses import fields
+from pathlib import Path
+from typing import Any, get_args
+
+import click
+from click.core import ParameterSource
+
+from raysub import plan as planning
+from raysub.cli.options import F, json_option, option, size_options, spec_option
+from raysub.profiles import ProfileError, load_profile
+from raysub.protocol import AuthMode, PreflightMode
+from raysub.spec import Ports, Sandbox, SandboxNodes, SpecError, spec_from_options
+
+SANDBOX_DEFAULT = {f.name: f.default for f in fields(Sandbox)}
+
+
+def port_options(func: F) -> F:
+    """One --<name>-port option per Ray port."""
+    for name, field in reversed(Ports.__dataclass_fields__.items()):
+        flag = f"--{name.replace('_', '-')}-port"
+        func = option(flag, type=int, default=field.default, show_default=True, help=f"Ray's {name} port.")(
+            func
+        )
+    return func
+
+
+def apply_profile(ctx: click.Context, name: str | None) -> None:
+    """Fill every option left at its built-in default from the profile; command line and env win."""
+    if not name:
+        return
+    try:
+        values, path = load_profile(name)
+    except ProfileError as error:
+        raise click.BadParameter(str(error), param_hint="'--profile'") from error
+    params = {p.name: p for p in ctx.command.params if p.name}
+    for key, value in values.items():
+        param = params.get(key)
+        if param is None or key in ("profile", "command"):
+            raise click.BadParameter(
+                f"{path}: profile {name!r} sets unknown option {key!r}", param_hint="'--profile'"
+            )
+        if ctx.get_parameter_source(key) is ParameterSource.DEFAULT:
+            ctx.params[key] = param.type_cast_value(ctx, value)
+
+
+@click.command(context_settings={"show_default": True})
+@option(
+    "--nodes",
+    "-N",
+    type=int,
+    help="Nodes in the job (>= 1); the first runs the Ray head and the driver. Or give the parallel sizes "
+    "below instead, and render computes it (raysub plan).",
+)
+@size_options
+@spec_option(
+    "--gpus-per-node",
+    type=int,
+    help="GPUs per node (0 allowed); Ray advertises this many.",
+)
+@spec_option(
+    "--gpu-request/--no-gpu-request",
+    help="Ask Slurm for the GPUs; --no-gpu-request for sites that give whole nodes without GPU GRES.",
+)
+@option("--cpus-per-task", type=int, help="CPUs for each node's Ray (also Ray's --num-cpus).")
+@option("--partition", "-p", help="Slurm partition.")
+@option("--account", "-A", help="Slurm account.")
+@option("--time", "-t", help="Time limit, as sbatch takes it (30, 4:00:00, 1-12).")
+@spec_option("--job-name", "-J", help="Slurm job name.")
+@spec_option("--exclusive/--no-exclusive", help="Whole nodes for the job.")
+@option(
+    "--sbatch-arg",
+    "sbatch_args",
+    multiple=True,
+    help="Extra #SBATCH option, e.g. --qos=high (repeatable); not one raysub sets, e.g. --nodes or --time.",
+)
+@option(
+    "--log-dir", help="Base directory of the job's LOG_DIR (<base>/<jobid>-logs); default the submit dir."
+)
+@option("--container-image", help="pyxis container image for the nodes; without it, the current environment.")
+@option("--container-mounts", help="pyxis --container-mounts (LOG_DIR is always mounted).")
+@option("--container-workdir", help="pyxis --container-workdir.")
+@option(
+    "--setup", help="Shell command run on every node before each ray start, e.g. 'source venv/bin/activate'."
+)
+@option("--env", "env", multiple=True, metavar="KEY=VALUE", help="Exported on every node and for the driver.")
+@spec_option(
+    "--ray-temp-dir",
+    help="Ray's temp dir on each node; %j is the job id, %n the node name. Short: Ray's sockets live in it.",
+)
+@option(
+    "--ray-start-arg",
+    "ray_start_args",
+    multiple=True,
+    help="Extra 'ray start' option (repeatable); not one raysub sets, such as --temp-dir or --port.",
+)
+@port_options
+@option(
+    "--interface", help="Take each node's IP from this network interface; default the node name's address."
+)
+@option("--dedicated-head", is_flag=True, help="The head node advertises no GPUs, so no work lands there.")
+@spec_option(
+    "--head-retries",
+    type=int,
+    help="Extra attempts to start the Ray head.",
+)
+@spec_option(
+    "--worker-retries",
+    type=int,
+    help="Extra attempts for each worker's ray start.",
+)
+@spec_option(
+    "--head-timeout",
+    type=int,
+    help="Seconds for the head to become ready, per attempt.",
+)
+@spec_option(
+    "--workers-timeout",
+    type=int,
+    help="Seconds for all workers to join once the head is up.",
+)
+@spec_option(
+    "--requeue/--no-requeue",
+    help="Let Slurm requeue the job; each attempt gets its own LOG_DIR.",
+)
+@option(
+    "--signal-before",
+    type=int,
+    metavar="SECONDS",
+    help="Have Slurm signal the job this long before its time limit (#SBATCH --signal=B:SIG@SECONDS).",
+)
+@spec_option(
+    "--forward-signal",
+    help="The signal passed on to the driver's process group (preemption or time-limit warning).",
+)
+@option("--sandbox-command", help="Sidecar command (e.g. a code-execution server) started on sandbox nodes.")
+@option("--sandbox-port", type=int, help="Port the sandbox answers on once ready.")
+@option("--sandbox-container", help="pyxis image for the sandbox.")
+@option(
+    "--sandbox-nodes",
+    type=click.Choice(get_args(SandboxNodes)),
+    default=SANDBOX_DEFAULT["nodes"],
+    help="Sandbox on every node or the head.",
+)
+@option(
+    "--sandbox-timeout",
+    type=int,
+    default=SANDBOX_DEFAULT["timeout"],
+    help="Seconds for every sandbox to answer.",
+)
+@spec_option(
+    "--auth",
+    type=click.Choice(get_args(AuthMode)),
+    help="Ray token authentication: a random per-job token in LOG_DIR/.ray-auth/token (0600) that every "
+    "node, the driver and raysub's commands use. 'none' lets anyone who reaches the head run code as you.",
+)
+@spec_option(
+    "--dashboard/--no-dashboard",
+    help="Run Ray's dashboard (and its Jobs API) on the head.",
+)
+@option(
+    "--dashboard-host",
+    help="Address the dashboard binds to; default the head's cluster address (never 0.0.0.0 unless asked).",
+)
+@spec_option(
+    "--log-mode",
+    help="Mode of each LOG_DIR (octal), 0750 at most for the group: logs get its read bits; the token, "
+    "signal files and scripts are always the owner's alone.",
+)
+@spec_option(
+    "--monitor/--no-monitor",
+    help="Record every node's GPU, CPU and memory into LOG_DIR/metrics.jsonl (see raysub monitor, report).",
+)
+@spec_option(
+    "--monitor-interval",
+    type=float,
+    metavar="SECONDS",
+    help="Seconds between the monitor's snapshots.",
+)
+@spec_option(
+    "--gpu-idle-threshold",
+    type=float,
+    metavar="PCT",
+    help="GPU utilisation (%) below which a GPU counts as idle.",
+)
+@spec_option(
+    "--gpu-idle-after",
+    type=int,
+    metavar="SECONDS",
+    help="Warn in timeline.jsonl when every GPU stays idle this long while the driver runs.",
+)
+@spec_option(
+    "--preflight",
+    type=click.Choice(get_args(PreflightMode)),
+    help="Before Ray starts on a node, check its GPUs with nvidia-smi (raysub/node/preflight.py): a GPU "
+    "held by another process, too little free memory, fewer GPUs than --gpus-per-node. warn: record "
+    "and go on; fail: end the job naming node, GPU and process.",
+)
+@spec_option(
+    "--min-free-gpu-mem",
+    type=int,
+    metavar="MIB",
+    help="The preflight check's least free memory per GPU.",
+)
+@spec_option(
+    "--wait-gpus",
+    type=int,
+    metavar="SECONDS",
+    help="Give busy GPUs this long to free up before the preflight check decides.",
+)
+@spec_option(
+    "--driver-restarts",
+    type=int,
+    metavar="N",
+    help="Run the driver again, up to N times, when it exits non-zero while every node is still in "
+    "the cluster: no queue wait, no new bring-up. A lost node still ends the job.",
+)
+@spec_option(
+    "--restart-backoff",
+    type=int,
+    metavar="SECONDS",
+    help="Wait before the first driver restart; doubled for each next one, at most 10 minutes.",
+)
+@spec_option(
+    "--checkpoint-dir",
+    metavar="DIR",
+    help="Where the driver saves checkpoints: before each driver start the newest complete one is "
+    "passed on in RAYSUB_RESUME_FROM, and {checkpoint} in COMMAND is replaced by it (docs/health.md).",
+)
+@spec_option(
+    "--checkpoint-marker",
+    metavar="NAME",
+    help="A checkpoint is complete only once it holds this file (default: each layout's own sign).",
+)
+@spec_option(
+    "--create-checkpoint-dir/--no-create-checkpoint-dir",
+    help="Make --checkpoint-dir when it does not exist: here it need not exist, and the job makes it. "
+    "Without this a missing directory is an error, here and in the job (a typo would start every "
+    "attempt from scratch).",
+)
+@spec_option(
+    "--early-driver/--no-early-driver",
+    help="When COMMAND runs python, start it as soon as the head is up: its imports and ray.init run while "
+    "the workers join, and ray.init returns only once the cluster is whole (docs/protocol.md). Other "
+    "commands, jobs with --driver-restarts, --checkpoint-dir or a sandbox, and --no-early-driver start "
+    "once the cluster is whole.",
+)
+@spec_option(
+    "--smoke",
+    is_flag=True,
+    help="Instead of COMMAND, run raysub's smoke test as the driver: one actor per GPU (or node) placed "
+    "and checked, and an all-reduce where torch is installed; LOG_DIR/smoke.json says how it went "
+    "(docs/smoke.md).",
+)
+@option(
+    "--profile", help="Take defaults from [profiles.NAME] in ./raysub.toml or ~/.config/raysub/raysub.toml."
+)
+@click.option(
+    "--output", "-o", type=click.Path(dir_okay=False, path_type=Path), help="Write here, not stdout."
+)
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+@click.pass_context
+def render(ctx: click.Context, /, output: Path | None, **values: Any) -> None:
+    """Print an sbatch script that runs COMMAND as the driver of a Ray cluster on --nodes nodes.
+
+    The head starts Ray on the first node; all other nodes join through ONE batched srun; the driver
+    runs on the head once every GPU (or node, with --gpus-per-node 0) has joined, and the job exits
+    with its status. COMMAND after -- is the driver's argv, delivered byte-exact. Without COMMAND the
+    cluster stays up until the job ends and LOG_DIR gets attach.sh; with --smoke instead of COMMAND the
+    driver is raysub's smoke test.
+
+    Instead of --nodes, give the run's parallel sizes (--tp, --pp, --dp, --cp, --dcp, under any of the
+    spellings listed): the job gets the nodes raysub plan computes for them, one more with
+    --dedicated-head.
+
+    Every option also reads RAYSUB_<OPTION> from the environment, then the --profile.
+
+    \b
+    Example:
+      raysub render --nodes 4 --gpus-per-node 8 -p batch -t 4:00:00 -- python train.py --lr 3e-4 > job.sub
+      raysub render --tp 8 --pp 2 --dp 4 --gpus-per-node 8 -- python train.py > job.sub
+      sbatch job.sub
+    """
+    from raysub.render import render as render_script
+    from raysub.resume import refuse_missing_checkpoint_dir
+
+    apply_profile(ctx, values.pop("profile"))
+    values.update({k: v for k, v in ctx.params.items() if k in values})
+    try:
+        spec = spec_from_options(values)
+        script = render_script(spec)
+        refuse_missing_checkpoint_dir(spec)
+    except SpecError as error:
+        raise click.BadParameter(error.message, param_hint=f"'{error.option}'") from error
+    if spec.plan is not None and spec.plan.warning:
+        click.echo(f"raysub: warning: {spec.plan.warning}", err=True)
+    if not spec.token_auth:
+        click.echo(
+            "raysub: warning: --auth none: anyone who can reach the head's ports can run code as you "
+            "in this job (docs/security.md)",
+            err=True,
+        )
+    if output is None:
+        click.echo(script, nl=False)
+    else:
+        output.write_text(script)
+
+
+@click.command(context_settings={"show_default": True})
+@size_options
+@spec_option("--gpus-per-node", type=int, help="GPUs per node of the partition the run goes to.")
+@json_option("the plan")
+def plan(gpus_per_node: int, as_json: bool, **sizes: int | None) -> None:
+    """Say how many GPUs and nodes a run with these parallel sizes needs.
+
+    World size = tp x pp x max(dp, cp, dcp) GPUs; nodes = world size / --gpus-per-node, rounded up.
+    Each size also takes the spellings of Megatron-LM, vLLM, SGLang, NeMo-RL, verl and TensorRT-LLM.
+    On more than one node a tensor-parallel group must lie on one node or on whole nodes, and dp, cp
+    and dcp must each divide the largest of them (exit status 2 and the option at fault otherwise).
+    GPUs left unused on the last node are a warning (left_over_gpus in --json). Rules, and how sizes
+    map onto each framework: docs/plan.md.
+
+    \b
+    Example:
+      raysub plan --tp 8 --pp 2 --dp 4 --gpus-per-node 8
+      raysub plan --tensor-model-parallel-size 4 --context-parallel-size 2 --dp 4 --json
+      raysub render --tp 8 --pp 2 --dp 4 --gpus-per-node 8 -- python train.py > job.sub
+    """
+    try:
+        result = planning.plan(gpus_per_node, **sizes)
+    except planning.PlanError as error:
+        raise click.BadParameter(error.message, param_hint=f"'{error.option}'") from error
+    if result.warning:
+        click.echo(f"raysub: warning: {result.warning}", err=True)
+    click.echo(result.to_json() if as_json else result.describe())
+
+
+@click.command()
+@click.argument("script", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--strict", is_flag=True, help="Fail when shellcheck is not installed.")
+def validate(script: Path, strict: bool) -> None:
+    """Check SCRIPT and every script it embeds with bash -n and shellcheck; exit 1 on any problem.
+
+    The embedded scripts are extracted exactly as the job writes them into LOG_DIR, and problems
+    name the embedded script and its line.
+
+    \b
+    Example:
+      raysub render --nodes 2 -- python train.py > job.sub && raysub validate --strict job.sub
+    """
+    from raysub.validate import validate as check
+
+    problems, checked = check(script, strict=strict)
+    for problem in problems:
+        click.echo(f"{script}: {problem}", err=True)
+    if problems:
+        sys.exit(1)
+    click.echo(f"{script}: ok ({len(checked)} scripts: {', '.join(checked)})")

@@ -1,0 +1,221 @@
+"""Operating a job: raysub status (where it stands), logs, attach (a shell on its nodes), monitor (what its
+GPUs and CPUs do) and report (the same over time, as an HTML page)."""
+
+from pathlib import Path
+
+import click
+
+from raysub.cli.options import find_job, follow_option, job_options, json_option, redraw_interval
+
+
+def deprecated_watch(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
+    """status --watch, the name --follow had before raysub watch took the word: still works, says so."""
+    if value:
+        click.echo("raysub: warning: status --watch is now status --follow", err=True)
+    return value
+
+
+@click.command()
+@job_options
+@json_option("the status")
+@follow_option("Redraw until the driver starts or the job ends.")
+@click.option("--watch", is_flag=True, hidden=True, callback=deprecated_watch)
+@redraw_interval(2.0, "Seconds between redraws.")
+def status(
+    job: str | None,
+    base: Path | None,
+    attempt: int | None,
+    as_json: bool,
+    follow: bool,
+    watch: bool,
+    interval: float,
+) -> None:
+    """Show where JOB stands: Slurm's state, the bring-up phase, who joined, what is missing, why it ended.
+
+    JOB is a job id (found from any directory: see --log-dir), a log directory, or nothing for the most
+    recent job under --log-dir. Each refresh asks Slurm once (squeue, then scontrol or sacct) and never
+    runs srun.
+
+    \b
+    Example:
+      raysub status 4711 --json
+      raysub status --follow
+    """
+    from raysub import status as job_status
+
+    follow = follow or watch
+    for current in job_status.follow(find_job(job, base, attempt), interval, once=not follow):
+        if as_json:
+            click.echo(current.to_json())
+            continue
+        if follow:
+            click.clear()
+            click.echo(job_status.progress_bar(current.workers_joined, current.workers_expected))
+        click.echo(current.describe())
+
+
+@click.command()
+@job_options
+@click.option("--head", is_flag=True, help="The Ray head's log.")
+@click.option("--driver", is_flag=True, help="The driver's log (and each restart's: driver1, driver2, ...).")
+@click.option("--worker", type=int, metavar="K", help="Worker K's log (ray-worker-K.log).")
+@click.option("--node", metavar="NAME", help="The log of the Ray node on Slurm node NAME.")
+@click.option("--sandbox", is_flag=True, help="The sandbox logs.")
+@follow_option("Keep printing new lines (new files too) until the job ends.")
+@click.option("--lines", "-n", type=click.IntRange(min=1), help="Only the last N lines of each log.")
+@click.option("--grep", "pattern", metavar="RE", help="Only lines matching this regular expression.")
+def logs(
+    job: str | None,
+    base: Path | None,
+    attempt: int | None,
+    head: bool,
+    driver: bool,
+    worker: int | None,
+    node: str | None,
+    sandbox: bool,
+    follow: bool,
+    lines: int | None,
+    pattern: str | None,
+) -> None:
+    """Print JOB's logs as one stream, each line tagged: head, w00, w01, ..., sb0, driver.
+
+    Without a choice of log, all of them: the head first, then the workers in order, the sandboxes and
+    the driver. Works while the job runs and after it.
+
+    \b
+    Example:
+      raysub logs 4711 --worker 3 -n 50
+      raysub logs --follow --grep 'ERROR|Traceback'
+    """
+    import re
+
+    from raysub.logs import Selection, follow_logs, show
+    from raysub.status import JobPoll
+
+    found = find_job(job, base, attempt)
+    try:
+        regex = re.compile(pattern) if pattern else None
+    except re.error as error:
+        raise click.BadParameter(str(error), param_hint="'--grep'") from error
+    selection = Selection(head=head, driver=driver, worker=worker, node=node, sandbox=sandbox)
+    if not follow:
+        for line in show(found, selection, lines, regex):
+            click.echo(line)
+        return
+    for line in follow_logs(found, selection, regex, JobPoll(found).over):
+        click.echo(line)
+
+
+@click.command(context_settings={"ignore_unknown_options": True})
+@job_options
+@click.option("--node", metavar="NAME", help="Attach to this node of the job.")
+@click.option(
+    "--worker",
+    type=int,
+    metavar="K",
+    help="Attach to the node of worker K (the one writing ray-worker-K.log).",
+)
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def attach(
+    job: str | None,
+    base: Path | None,
+    attempt: int | None,
+    node: str | None,
+    worker: int | None,
+    command: tuple[str, ...],
+) -> None:
+    """Open a shell (or run COMMAND) on a node of running JOB: the head unless --node or --worker.
+
+    Runs srun --overlap --jobid=JOB --pty on that node, with RAY_ADDRESS set and, for a job with
+    --auth token, the path of its Ray token. In a job with --container-image the shell is in the head's
+    running container on the head node, elsewhere in a new container from the job's image, with the
+    job's mounts (docs/containers.md).
+
+    \b
+    Example:
+      raysub attach 4711 --worker 1 -- nvidia-smi
+      raysub attach
+    """
+    import os
+
+    from raysub.attach import command as attach_argv
+    from raysub.attach import ray_environment
+    from raysub.jobs import JobNotFound
+
+    found = find_job(job, base, attempt)
+    try:
+        argv = attach_argv(found, node, worker, list(command))
+    except JobNotFound as error:
+        raise click.UsageError(str(error)) from error
+    os.execvpe(argv[0], argv, {**os.environ, **ray_environment(found)})  # noqa: S606 (srun takes the terminal)
+
+
+@click.command()
+@job_options
+@follow_option("Redraw as new snapshots arrive, until the job ends.")
+@click.option(
+    "--live",
+    is_flag=True,
+    help="Ask every node's metrics endpoint now, not the last snapshot in metrics.jsonl.",
+)
+@redraw_interval(5.0, "Seconds between redraws with --follow.")
+def monitor(
+    job: str | None, base: Path | None, attempt: int | None, follow: bool, live: bool, interval: float
+) -> None:
+    """Show each node's CPU and RAM and each GPU's utilisation and memory for JOB.
+
+    Reads the last snapshot the job's monitor wrote to LOG_DIR/metrics.jsonl (render's --monitor, on by
+    default). --live scrapes the nodes' Ray metrics endpoints instead, from the addresses in that file.
+    A '?' is a reading Ray did not report, such as the utilisation of a GPU that does not expose it.
+
+    \b
+    Example:
+      raysub monitor 4711
+      raysub monitor --follow
+      raysub monitor 4711 --live
+    """
+    import time
+
+    from raysub.monitor import NoReadings, follow_readings, table
+
+    found = find_job(job, base, attempt)
+    try:
+        for reading in follow_readings(found, live, interval, once=not follow):
+            if follow:
+                click.clear()
+            click.echo(f"job {found.job_id}, {time.strftime('%H:%M:%S', time.localtime(reading.when))}")
+            click.echo(table(reading.nodes, reading.failed))
+    except NoReadings as error:
+        raise click.UsageError(str(error)) from error
+
+
+@click.command()
+@job_options
+@click.option(
+    "--output",
+    "-o",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=Path("report.html"),
+    show_default=True,
+    help="The HTML file to write.",
+)
+def report(job: str | None, base: Path | None, attempt: int | None, output: Path) -> None:
+    """Write one self-contained HTML page of JOB's GPU, memory and CPU over time, and their min/mean/max.
+
+    Charts per node and GPU from LOG_DIR/metrics.jsonl. The page needs no network: no scripts, no fonts,
+    nothing fetched; open it anywhere.
+
+    \b
+    Example:
+      raysub report 4711 -o report.html
+    """
+    from raysub.monitor import NoReadings, power_caps, snapshots
+    from raysub.report import render_report
+
+    found = find_job(job, base, attempt)
+    try:
+        recorded = snapshots(found)
+    except NoReadings as error:
+        raise click.UsageError(str(error)) from error
+    output.write_text(render_report(f"raysub job {found.job_id}", recorded, power_caps(found)))
+    click.echo(f"{output}: {found.logs.metrics} as charts")

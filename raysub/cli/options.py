@@ -1,0 +1,153 @@
+"""The options and arguments more than one command takes, each defined once, and the lookup of a JOB
+argument they share.
+
+Nothing here imports ray, nor any module that does: every command's --help must stay fast.
+"""
+
+import re
+from collections.abc import Callable
+from dataclasses import fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+
+from raysub import plan as planning
+from raysub.spec import JobSpec
+
+if TYPE_CHECKING:
+    from raysub.jobs import Job
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+# Built-in defaults come from the spec itself, so the command line and the library cannot disagree.
+SPEC_DEFAULT = {f.name: f.default for f in fields(JobSpec)}
+
+
+def option(*decls: str, **kwargs: Any) -> Callable[[F], F]:
+    """A click option that also reads its default from RAYSUB_<NAME> (e.g. RAYSUB_GPUS_PER_NODE)."""
+    long = next(d for d in decls if d.startswith("--")).split("/")[0]
+    kwargs.setdefault("envvar", "RAYSUB_" + long[2:].upper().replace("-", "_"))
+    kwargs.setdefault("show_envvar", True)
+    return click.option(*decls, **kwargs)
+
+
+def spec_option(*decls: str, **kwargs: Any) -> Callable[[F], F]:
+    """An option whose built-in default is the JobSpec field of its name (--gpus-per-node: gpus_per_node)."""
+    long = next(d for d in decls if d.startswith("--")).split("/")[0]
+    kwargs.setdefault("default", SPEC_DEFAULT[long[2:].replace("-", "_")])
+    return option(*decls, **kwargs)
+
+
+def size_options(func: F) -> F:
+    """--tp, --pp, --dp, --cp and --dcp, each also under the spellings frameworks use (raysub.plan.SIZES)."""
+    for size in reversed(planning.SIZES):
+        func = option(*size.flags, size.name, type=int, metavar="N", help=f"{size.meaning} Default 1.")(func)
+    return func
+
+
+def json_option(what: str) -> Callable[[F], F]:
+    """--json: print ``what`` as JSON rather than for a person."""
+    return click.option("--json", "as_json", is_flag=True, help=f"Print {what} as JSON.")
+
+
+def seconds_option(
+    flag: str, default: float, metavar: str, help_text: str, above_zero: bool = False
+) -> Callable[[F], F]:
+    """A duration in seconds, never negative (never zero either when ``above_zero``)."""
+    return click.option(
+        flag,
+        type=click.FloatRange(min=0, min_open=above_zero),
+        default=default,
+        show_default=True,
+        metavar=metavar,
+        help=help_text,
+    )
+
+
+def log_dir_option(default: str, help_text: str) -> Callable[[F], F]:
+    """--log-dir of a command that reads jobs' LOG_DIRs: their base directory, as ``base``."""
+    path = click.Path(file_okay=False, path_type=Path)
+    return option("--log-dir", "base", type=path, show_default=default, help=help_text)
+
+
+def job_options(func: F) -> F:
+    """JOB and the options that find its LOG_DIR (--log-dir, --attempt); :func:`find_job` takes them."""
+    func = click.option(
+        "--attempt", type=int, help="Which attempt of a requeued job (0 = the first); default the newest."
+    )(func)
+    func = log_dir_option(
+        "the current directory",
+        "The base directory of the job's <jobid>-logs directories. A job id is looked for here, then in "
+        "the current directory, the job index and Slurm's record of the job.",
+    )(func)
+    return click.argument("job", required=False)(func)
+
+
+def find_job(job: str | None, base: Path | None, attempt: int | None) -> "Job":
+    """The job that :func:`job_options` name; a usage error when there is none."""
+    from raysub.jobs import JobNotFound, resolve
+
+    try:
+        return resolve(job, base, attempt)
+    except JobNotFound as error:
+        raise click.UsageError(str(error)) from error
+
+
+def follow_option(help_text: str) -> Callable[[F], F]:
+    """--follow (-f): keep going until the job ends, rather than answer once."""
+    return click.option("--follow", "-f", is_flag=True, help=help_text)
+
+
+def redraw_interval(default: float, help_text: str) -> Callable[[F], F]:
+    """--interval of a command that asks Slurm again and again (a redraw, a watch): at least 2 s, so
+    that no command hammers Slurm."""
+    return click.option(
+        "--interval", type=click.FloatRange(min=2), default=default, show_default=True, help=help_text
+    )
+
+
+def step_regex(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """--step-regex: a regular expression with a group named 'step'."""
+    if value is None:
+        return None
+    try:
+        groups = re.compile(value).groupindex
+    except re.error as error:
+        raise click.BadParameter(str(error)) from error
+    if "step" not in groups:
+        raise click.BadParameter("needs a group named 'step', such as (?P<step>\\d+)")
+    return value
+
+
+def progress_options(stall_help: str) -> Callable[[F], F]:
+    """--step-regex, --stall-after and --slow-step-limit: how a command reads the driver's progress (raysub
+    health's checks)."""
+
+    def decorate(func: F) -> F:
+        func = click.option(
+            "--slow-step-limit",
+            type=click.FloatRange(min=1),
+            metavar="SECONDS",
+            help="A step that takes this long counts as stalled even while the driver keeps printing "
+            "(before, from 3 median step times on, it is a slow_step warning). Default: 10 median step "
+            "times, at least 2 hours.",
+        )(func)
+        func = click.option(
+            "--stall-after",
+            type=click.FloatRange(min=1),
+            default=1800.0,
+            show_default=True,
+            metavar="SECONDS",
+            help=stall_help,
+        )(func)
+        return click.option(
+            "--step-regex",
+            metavar="RE",
+            callback=step_regex,
+            help="How the driver's log shows a training step: a regular expression with a group named "
+            "'step' (and optionally 'total'). Default: the forms verl, NeMo-RL, OpenRLHF, SkyRL, AReaL, "
+            "Megatron, HF, Lightning, DeepSpeed, torchtitan and Ray Train print (docs/health.md).",
+        )(func)
+
+    return decorate
