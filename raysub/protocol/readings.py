@@ -101,7 +101,9 @@ def _gpu_sort_key(index: str) -> tuple[int, str]:
 
 
 def parse_node_metrics(text: str) -> NodeMetrics:
-    """One node's metrics from its endpoint's exposition text; raises ValueError when it is malformed."""
+    """One node's metrics from its endpoint's exposition text; raises ValueError when it is malformed or holds
+    none of Ray's node metrics (another exporter on the port, or a Ray whose metrics agent has not reported
+    yet): such a page is a failed scrape, not a node with nothing to say."""
     from prometheus_client.parser import text_string_to_metric_families
 
     ip: str | None = None
@@ -125,6 +127,9 @@ def parse_node_metrics(text: str) -> NodeMetrics:
             else:
                 continue  # a longer name with our prefix: ray_node_mem_used_host
             ip = ip or labels.get("ip")
+
+    if not (node or gpus or resources):
+        raise ValueError("the page holds none of Ray's node metrics")
 
     def known(value: float | None) -> float | None:
         return None if value is None or math.isnan(value) or value < 0 else value

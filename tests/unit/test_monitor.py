@@ -140,6 +140,24 @@ def test_absent_fields_are_none_and_malformed_text_raises() -> None:
         parse_node_metrics('ray_node_mem_used{ip="10.0.0.1" 12\n')
 
 
+@pytest.mark.parametrize(
+    "page",
+    [
+        "",
+        "# HELP go_goroutines Number of goroutines.\n# TYPE go_goroutines gauge\ngo_goroutines 12\n",
+        'ray_node_mem_used_host{ip="10.0.0.1"} 12\n',  # our prefix, not one of our metrics
+    ],
+)
+def test_a_page_without_rays_node_metrics_is_a_failed_scrape(page: str) -> None:
+    with pytest.raises(ValueError, match="none of Ray's node metrics"):
+        parse_node_metrics(page)
+    with serve({"other": lambda: page}) as urls:
+        monitor = RayGpuMonitor(timeout=2.0, endpoints=lambda: dict(urls), rediscover=0)
+        assert monitor.collect_once() == {}
+        assert monitor.failed == ["other"]
+        monitor.stop()
+
+
 def test_tokens_per_second_per_gpu() -> None:
     assert tokens_per_second_per_gpu(8000, 2.0, 4) == 1000.0
     assert tokens_per_second_per_gpu(8000, 0.0, 4) == 0.0
