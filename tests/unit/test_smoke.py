@@ -376,6 +376,20 @@ def test_the_node_programs_usage_errors(
     assert capsys.readouterr().err.startswith("usage: python -m raysub.node.smoke ")
 
 
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--nodes", "x"], "argument --nodes: must be a whole number, not 'x'"),
+        (["--nodes", "0"], "argument --nodes: must be at least 1, not 0"),
+        (["--timeout", "abc"], "argument --timeout: must be a number, not 'abc'"),
+    ],
+)
+def test_a_bad_value_is_named_in_words(raysub_cli: RunCli, args: list[str], said: str) -> None:
+    result = raysub_cli("smoke", *args)
+    assert result.code == 2
+    assert result.stderr.splitlines()[-1] == f"raysub smoke: error: {said}"
+
+
 def test_raysub_smoke_help_is_the_programs_with_an_example(raysub_cli: RunCli) -> None:
     result = raysub_cli("smoke", "--help")
     assert (result.code, result.stderr) == (0, "")
