@@ -297,6 +297,7 @@ class JobSpec:
     monitor_interval: float = 5.0
     gpu_idle_threshold: float = 5.0
     gpu_idle_after: int = 600
+    nccl_debug: bool = True
     driver_restarts: int = 0
     restart_backoff: int = 30
     checkpoint_dir: str | None = None

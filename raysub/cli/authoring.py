@@ -181,6 +181,11 @@ def apply_profile(ctx: click.Context, name: str | None) -> None:
     help="Seconds between the monitor's snapshots.",
 )
 @spec_option(
+    "--nccl-debug/--no-nccl-debug",
+    help="Set NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=NET when neither is set, so that raysub health can tell "
+    "which network NCCL uses on each node (a few dozen start-up lines per rank; docs/health.md).",
+)
+@spec_option(
     "--gpu-idle-threshold",
     type=float,
     metavar="PCT",

@@ -14,9 +14,10 @@ from enum import IntEnum, StrEnum
 from pathlib import Path
 
 from raysub import protocol
+from raysub.health import gpu_use
 from raysub.health.fatal import fatal_lines
 from raysub.health.nccl import transport_findings, transports_by_node
-from raysub.health.progress import Progress
+from raysub.health.progress import Progress, Throughput
 from raysub.health.stall import DriverTail, median_step_time
 from raysub.jobs import Job
 from raysub.protocol.checkpoints import AmbiguousCheckpoints, latest_checkpoint
@@ -86,9 +87,24 @@ SLOW_STEP_LIMIT_FACTOR = 10.0
 SLOW_STEP_LIMIT_FLOOR = 2 * 3600.0
 
 
+# The version of ``raysub health --json``'s layout (docs/health.md): raised when a field changes meaning or
+# goes away; new fields do not raise it.
+SCHEMA_VERSION = 2
+
+
+@dataclass(frozen=True)
+class NodeHealth:
+    """One node as a checkup sees it: the network NCCL uses from it (None: its logs do not say) and its
+    GPUs' use over the last ``gpu_idle_after`` seconds (None: no reading)."""
+
+    transport: str | None = None
+    gpu_utilization: gpu_use.GpuUse | None = None
+
+
 @dataclass
 class Checkup:
-    """What raysub health says of a job: its verdict and the findings behind it, with its progress, Ray's
+    """What raysub health says of a job: its verdict and the findings behind it, with its progress (step,
+    total, seconds per step and the throughput the log states), GPU use, each node's NCCL transport, Ray's
     resources in use and the newest complete checkpoint."""
 
     job_id: str
@@ -97,7 +113,10 @@ class Checkup:
     findings: list[Finding] = field(default_factory=list)
     step: int | None = None
     total_steps: int | None = None
-    steps_per_second: float | None = None
+    seconds_per_step: float | None = None
+    throughput: Throughput | None = None
+    gpu_utilization: gpu_use.GpuUse | None = None
+    nodes: dict[str, NodeHealth] = field(default_factory=dict)
     checkpoint: str | None = None
     resources: dict[str, dict[str, float]] = field(default_factory=dict)
 
@@ -106,7 +125,7 @@ class Checkup:
         return self.verdict == Verdict.HEALTHY
 
     def to_json(self) -> str:
-        data = asdict(self)
+        data = {"schema_version": SCHEMA_VERSION, **asdict(self)}
         data["healthy"] = self.healthy
         data["verdict"] = self.verdict.name.lower().replace("_", " ")
         return json.dumps(data, indent=2)
@@ -121,8 +140,13 @@ class Checkup:
         lines = [f"job {self.job_id}: {word[self.verdict]} (Slurm: {self.state})"]
         if self.step is not None:
             total = f"/{self.total_steps}" if self.total_steps else ""
-            rate = f", {self.steps_per_second:.3g} steps/s" if self.steps_per_second else ""
-            lines.append(f"step {self.step}{total}{rate}")
+            took = f", {_seconds(self.seconds_per_step)} per step" if self.seconds_per_step else ""
+            rate = f", {self.throughput}" if self.throughput else ""
+            lines.append(f"step {self.step}{total}{took}{rate}")
+        if gpus := self.gpu_utilization:
+            lines.append(
+                f"GPU utilisation: {gpus.average:g}% on average, {gpus.minimum:g}% on the least busy GPU"
+            )
         for name, use in sorted(self.resources.items()):
             lines.append(f"{name}: {use.get('used', 0):g} of {use.get('total', 0):g} in use")
         if self.checkpoint:
@@ -227,28 +251,60 @@ def stall_finding(
         return Finding(Severity.ERROR, "stall", f"{what} for {_seconds(silent)}", line=line)
     if step is None:
         return None
-    median = median_step_time(memory.steps, seen.rate if seen else None)
+    median = median_step_time(memory.steps, seen.seconds_per_step if seen else None)
     return slow_step_finding(step, now - memory.since, median, options, line)
+
+
+WHOLE_RUN_SLACK = 120.0
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}" if count == 1 else f"{count} {word}s"
+
+
+def _names(nodes: list[str]) -> str:
+    return ", ".join(nodes) if len(nodes) <= 4 else f"{', '.join(nodes[:4])} and {len(nodes) - 4} more"
 
 
 def idle_finding(
     logs: protocol.LogDir, snapshots: list[Snapshot], options: Options, now: float
 ) -> Finding | None:
-    """Every GPU with a reading below the threshold in every snapshot of the last ``gpu_idle_after`` s,
-    while the driver ran all that time (a GPU with no reading is unknown, not idle)."""
+    """GPUs allocated but idle: the nodes whose every GPU with a reading stayed below the threshold in
+    every snapshot of the last ``gpu_idle_after`` s while the driver ran (a GPU with no reading is
+    unknown, not idle), with how long and whether the whole time since the driver started."""
     started = next((e.t for e in logs.timeline() if e.phase == protocol.PHASE_DRIVER_START), None)
     window_start = now - options.gpu_idle_after
     if started is None or started > window_start or not driver_running(logs):
         return None
-    window = [s for s in snapshots if s.t >= window_start]
-    utils = [[g.util_pct for n in s.nodes.values() for g in n.gpus if g.util_pct is not None] for s in window]
-    if len(window) < 2 or not all(utils) or max(max(u) for u in utils) >= options.gpu_idle_threshold:
+    running = [s for s in snapshots if s.t >= started]
+    window = [s for s in running if s.t >= window_start]
+    if len(window) < 2:
         return None
-    gpus = len(utils[-1])
-    reason = (
-        f"all {gpus} GPUs below {options.gpu_idle_threshold:g}% for the last {options.gpu_idle_after:.0f} s"
-    )
-    return Finding(Severity.WARNING, "gpu_idle", reason)
+    since = {
+        node: gpu_use.idle_since(running, node, options.gpu_idle_threshold)
+        for node in gpu_use.nodes_of(window)
+    }
+    idle = sorted(node for node, t in since.items() if t is not None and t <= window[0].t)
+    if not idle:
+        return None
+    use = gpu_use.use_by_node(window)
+    measured = [node for node, u in use.items() if u is not None]
+    gpus = sum(u.gpus for node, u in use.items() if u is not None and node in idle)
+    first = min(t for node, t in since.items() if node in idle and t is not None)
+    # Idle from the first reading after the driver started (the monitor samples every few seconds).
+    whole = first <= running[0].t and running[0].t - started <= WHOLE_RUN_SLACK
+    since_start = ", every reading since the driver started" if whole else ""
+    how = f"below {options.gpu_idle_threshold:g}% for {_seconds(now - first)}{since_start}"
+    count = "the GPU" if gpus == 1 else f"all {gpus} GPUs"
+    if len(idle) == len(measured):
+        reason = f"GPUs allocated but idle: {count} of {_names(idle)} {how}"
+    else:
+        others = len(measured) - len(idle)
+        reason = (
+            f"GPUs allocated but idle on {_names(idle)} ({_plural(gpus, 'GPU')}): {how}, while the GPUs of "
+            f"{_plural(others, 'other node')} work"
+        )
+    return Finding(Severity.WARNING, "gpu_idle", reason, node=idle[0] if len(idle) == 1 else None)
 
 
 # Ray's prefix on lines from its workers: "(RayTrainWorker pid=123, ip=10.0.0.2) ..."
@@ -276,13 +332,19 @@ def texts_by_node(logs: protocol.LogDir, ip_names: dict[str, str]) -> dict[str, 
     return {node: "\n".join(lines) for node, lines in parts.items()}
 
 
-def log_findings(texts: dict[str, str], gpu_job: bool) -> Iterator[Finding]:
+def log_findings(texts: dict[str, str], by_node: dict[str, str | None], gpu_job: bool) -> Iterator[Finding]:
+    """Fatal lines in each node's logs, and the NCCL transports of the nodes (``by_node``) found wanting."""
     for node, text in texts.items():
         for fatal in fatal_lines(text):
             yield Finding(Severity.ERROR, "fatal", fatal.kind, node=node, line=fatal.line)
-    by_node = transports_by_node(texts)
     for reason in transport_findings(by_node, multi_node_gpu_job=gpu_job and len(texts) > 1):
         yield Finding(Severity.WARNING, "nccl", reason)
+
+
+def node_health(transports: dict[str, str | None], recent: list[Snapshot]) -> dict[str, NodeHealth]:
+    """Each node's transport and GPU use (from the recent snapshots)."""
+    use = gpu_use.use_by_node(recent)
+    return {node: NodeHealth(transports.get(node), use.get(node)) for node in sorted({*transports, *use})}
 
 
 def resources(snapshots: list[Snapshot]) -> dict[str, dict[str, float]]:
@@ -317,7 +379,10 @@ def check(job: Job, slurm: SlurmState, options: Options, now: float | None = Non
     findings += [f for f in (stall, idle) if f is not None]
     used = resources(snapshots)
     ip_names = {node.ip: name for name, node in snapshots[-1].nodes.items() if node.ip} if snapshots else {}
-    findings += log_findings(texts_by_node(logs, ip_names), gpu_job=used.get("GPU", {}).get("total", 0) > 0)
+    texts = texts_by_node(logs, ip_names)
+    by_node = transports_by_node(texts)
+    findings += log_findings(texts, by_node, gpu_job=used.get("GPU", {}).get("total", 0) > 0)
+    recent = [s for s in snapshots if s.t >= now - options.gpu_idle_after]
     found = None
     if options.checkpoint_dir:
         try:
@@ -331,7 +396,10 @@ def check(job: Job, slurm: SlurmState, options: Options, now: float | None = Non
         findings=findings,
         step=seen.step if seen else None,
         total_steps=seen.total if seen else None,
-        steps_per_second=seen.rate if seen else None,
+        seconds_per_step=seen.seconds_per_step if seen else None,
+        throughput=seen.throughput if seen else None,
+        gpu_utilization=gpu_use.overall(recent),
+        nodes=node_health(by_node, recent),
         checkpoint=str(found.path) if found else None,
         resources=used,
     )

@@ -10,10 +10,15 @@ The decision, on the lines :mod:`raysub.health.text` cleans:
    plugin's ``NET/OFI Selected provider is efa`` line (any case, with or without ``, fabric is ...`` and
    ``(found N nics)``) says so, "Socket" for its tcp provider, and unclassified for any other provider
    (HPE Slingshot's cxi) or none named.
-3. Without either kind of line, the provider line alone: efa means "EFA".
+3. Without either kind of line (releases before 2.4 print no channels, 2.4 to 2.6 print ``Ring 00 : ...
+   via NET/X/0`` instead, and a log may end before the channels), the lines NCCL prints when it loads
+   its network: the provider line alone (efa means "EFA"); IB devices listed (``NET/IB : Using
+   [0]mlx5_0:1/IB ...``, or ``NET/IB: [0] mlx5_1:1/IB`` before 2.4) mean "IB" or "RoCE" as in 2; ``NET/IB
+   : No device found.`` with ``NET/Socket : Using [0]eth0:...`` means "Socket".
 
-``NET/Socket : Using [0]ib0:...`` only lists the interfaces NCCL could fall back to; it appears on
-healthy IB runs and decides nothing.
+``NET/Socket : Using [0]ib0:...`` alone only lists the interfaces NCCL could fall back to; it appears on
+healthy IB runs and decides nothing. A log whose communicators all have one rank (``nranks 1``), or whose
+only socket is the loopback, moves nothing between nodes: it says no network.
 """
 
 from __future__ import annotations
@@ -27,10 +32,14 @@ IB, ROCE, EFA, SOCKET = "IB", "RoCE", "EFA", "Socket"
 FAST = (IB, ROCE, EFA)
 
 _USING = re.compile(r"NCCL INFO Using network (?P<name>\S.*)")  # cleaned lines end without blanks
-_CHANNEL = "NCCL INFO Channel "
+_CHANNEL = re.compile(r"NCCL INFO (?:Channel|Ring) \d+")
 _VIA_NET = re.compile(r" via NET/(?P<name>[^/]+)/\d")
 _IB_DEVICES = re.compile(r"NET/IB\w* ?:")
 _PORT = re.compile(r":\d+/(?P<kind>IB|RoCE)\b")
+_NO_IB = "NET/IB : No device found"
+_SOCKET_USING = re.compile(r"NET/Socket : Using \[0\](?P<interface>[^:\s]+):")
+_NRANKS = re.compile(r"\bnranks (?P<nranks>\d+)\b")
+_LOOPBACK = "lo"
 _PROVIDER = re.compile(r"NET/OFI Selected provider is (?P<provider>[\w;.-]+)", re.IGNORECASE)
 _TCP_PROVIDERS = ("tcp", "sockets", "udp")
 
@@ -43,6 +52,9 @@ class _Seen:
         self.channel: str | None = None
         self.provider: str | None = None
         self.ports: set[str] = set()
+        self.no_ib = False
+        self.sockets: set[str] = set()  # the interfaces NET/Socket lists
+        self.nranks: set[int] = set()
         for message in messages:
             self._read(message)
 
@@ -51,24 +63,44 @@ class _Seen:
             return
         if match := _USING.search(message):
             self.using = match["name"]
-        elif _CHANNEL in message and (match := _VIA_NET.search(message)):
+        elif _CHANNEL.search(message) and (match := _VIA_NET.search(message)):
             self.channel = match["name"].strip()
         elif match := _PROVIDER.search(message):
             self.provider = match["provider"].lower().split(";")[0]
         elif _IB_DEVICES.search(message):
             self.ports |= {port["kind"] for port in _PORT.finditer(message)}
+            self.no_ib |= _NO_IB in message
+        elif match := _SOCKET_USING.search(message):
+            self.sockets.add(match["interface"])
+        if match := _NRANKS.search(message):
+            self.nranks.add(int(match["nranks"]))
 
     def libfabric(self) -> str | None:
         if self.provider == "efa":
             return EFA
         return SOCKET if self.provider in _TCP_PROVIDERS else None
 
+    def ib(self) -> str:
+        return ROCE if self.ports == {"RoCE"} else IB
+
+    def loaded(self) -> str | None:
+        """The network the lines NCCL prints when it loads one point to."""
+        if self.provider == "efa":
+            return EFA
+        if self.ports:
+            return self.ib()
+        if self.no_ib and self.sockets - {_LOOPBACK}:
+            return SOCKET
+        return None
+
     def transport(self) -> str | None:
+        if self.nranks == {1} or (self.sockets == {_LOOPBACK} and not self.ports):
+            return None  # nothing goes between nodes
         name = self.using or self.channel
         if name is None:
-            return EFA if self.provider == "efa" else None
+            return self.loaded()
         if name.startswith("IB"):
-            return ROCE if self.ports == {"RoCE"} else IB
+            return self.ib()
         if name == "Socket":
             return SOCKET
         if "Libfabric" in name or "OFI" in name:

@@ -130,12 +130,12 @@ def step_times(steps: Sequence[tuple[int, float]]) -> list[float]:
     return [(t1 - t0) / (s1 - s0) for (s0, t0), (s1, t1) in pairwise(steps) if s1 > s0 and t1 > t0]
 
 
-def median_step_time(steps: Sequence[tuple[int, float]], rate: float | None) -> float | None:
+def median_step_time(steps: Sequence[tuple[int, float]], stated: float | None) -> float | None:
     """How long a step usually takes, in seconds: the median of the step times measured between
     sightings once there are MIN_STEP_TIMES of them (a median, so the odd evaluation or checkpoint step
-    does not move it), else the rate the log states (steps per second), else what was measured; None
+    does not move it), else the time per step the log states (``stated``), else what was measured; None
     when nothing says."""
     times = step_times(steps)
-    if len(times) >= MIN_STEP_TIMES or (times and not rate):
+    if len(times) >= MIN_STEP_TIMES or (times and not stated):
         return statistics.median(times)
-    return 1 / rate if rate else None
+    return stated or None

@@ -5,10 +5,11 @@ program's output and the log file:
 
 - ANSI escape sequences (colours, tqdm's cursor moves);
 - carriage-return debris: tqdm rewrites its bar with ``\\r`` and never ends the line, so a line is the
-  last non-blank ``\\r`` segment;
+  last non-blank ``\\r`` segment; forwarders that spell ``\\r`` as ``#015`` (and escape as ``#033``);
 - prefixes added on the way: Ray's ``(pid=123)``, ``(TaskRunner pid=123)``, ``(RayTrainWorker pid=1,
   ip=10.0.0.2)`` and ``(raylet)``; torchrun's ``[rank0]:`` and ``[default0]:``; ``srun --label``'s
-  ``0:``; mpirun's ``[1,0]<stdout>:``; several may stand in front of one another;
+  ``0:``; mpirun's ``[1,0]<stdout>:`` (``[1,mpirank:0,algo-1]<stdout>:`` on SageMaker); several may
+  stand in front of one another;
 - Ray's ``[repeated 3x across cluster]`` note at the end of a deduplicated line.
 
 The standard library only: ``raysub --help`` must stay light.
@@ -28,7 +29,7 @@ _PREFIX = re.compile(
     r"\((?:[^()\n]*\s)?pid=\d+(?:,[^()\n]*)?\) ?"  # Ray: (pid=1), (Name pid=1), (Name pid=1, ip=...)
     r"|\((?:raylet|gcs_server|autoscaler|monitor|dashboard\w*|log_monitor|runtime_env\w*)\b[^()\n]*\) ?"
     r"|\[(?:rank|default)\d+\]:"  # torchrun
-    r"|\[\d+,\d+\]<std(?:out|err)>:"  # mpirun
+    r"|\[\d+,(?:mpirank:)?\d+(?:,[^\]\n]*)?\]<std(?:out|err)>:"  # mpirun; SageMaker's adds a host
     r"| *\d+: "  # srun --label
 )
 _REPEATED = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
@@ -69,9 +70,17 @@ def last_segment(text: str) -> str:
     return ""
 
 
+def _forwarded(raw: str) -> str:
+    """``raw`` with the control characters a log forwarder spelled out put back: syslog-style forwarders
+    (SageMaker's, rsyslog's) write a carriage return as ``#015`` and an escape as ``#033``."""
+    if "#0" not in raw:
+        return raw
+    return raw.replace("#015", "\r").replace("#033", "\x1b")
+
+
 def clean(number: int, raw: str) -> Line:
     """``raw`` (one line of a log, without its newline) as a :class:`Line`."""
-    text = _ANSI.sub("", raw)
+    text = _ANSI.sub("", _forwarded(raw))
     message, outer = strip_prefixes(text)
     message, inner = strip_prefixes(last_segment(message))
     message = _REPEATED.sub("", message).rstrip()

@@ -75,7 +75,7 @@ def test_a_running_job_making_progress_is_healthy_with_its_step(tmp_path: Path) 
         7,
         "RUNNING",
     )
-    assert checkup.steps_per_second == pytest.approx(0.5)
+    assert checkup.seconds_per_step == pytest.approx(2.0)
     assert checkup.resources == {"GPU": {"used": 8.0, "total": 8.0}}
     assert json.loads(checkup.to_json())["healthy"] is True
 
@@ -222,10 +222,10 @@ def test_raysub_health_warns_of_a_slow_step_from_the_rate_the_log_states(tmp_pat
 def test_step_times_come_from_the_steps_seen_over_time() -> None:
     seen = [(5, 0.0), (6, 100.0), (3, 500.0), (4, 620.0), (10, 1220.0)]  # a restart went back to step 3
     assert step_times(seen) == [100.0, 120.0, 100.0]
-    assert median_step_time(seen, rate=0.5) == 100.0  # measured beats the log's own rate ...
-    assert median_step_time(seen[:2], rate=0.5) == 2.0  # ... once there are three step times
-    assert median_step_time(seen[:2], rate=None) == 100.0
-    assert median_step_time([], rate=None) is None
+    assert median_step_time(seen, stated=2.0) == 100.0  # measured beats the log's own time ...
+    assert median_step_time(seen[:2], stated=2.0) == 2.0  # ... once there are three step times
+    assert median_step_time(seen[:2], stated=None) == 100.0
+    assert median_step_time([], stated=None) is None
 
 
 def test_the_progress_memory_keeps_the_last_step_changes_and_reads_the_old_format(tmp_path: Path) -> None:
@@ -314,7 +314,7 @@ def test_a_progress_bar_that_never_ends_its_line_is_followed_in_bounded_memory(t
     tail = DriverTail()
     append(job, "(TaskRunner pid=12) " + tqdm_bar(1), NOW)
     seen, _ = tail.read(job.logs, NOW)
-    assert seen is not None and (seen.step, seen.total, seen.rate) == (1, 10_000, 0.5)
+    assert seen is not None and (seen.step, seen.total, seen.seconds_per_step) == (1, 10_000, 2.0)
     append(job, "".join(tqdm_bar(step) for step in range(2, 5001)), NOW + 60)  # one line, 5000 redraws
     seen, _ = tail.read(job.logs, NOW + 60)
     assert seen is not None and (seen.step, seen.total) == (5000, 10_000)
@@ -375,12 +375,60 @@ def test_gpus_idle_while_the_driver_runs(tmp_path: Path) -> None:
     write_snapshots(job, {"node1": gpus(0.0, 1.0, None)}, times)
     [idle] = check(job, RUNNING, Options(gpu_idle_after=600), now=NOW).findings
     assert (idle.kind, idle.severity) == ("gpu_idle", Severity.WARNING)
-    assert idle.reason == "all 2 GPUs below 5% for the last 600 s"
+    assert idle.reason == "GPUs allocated but idle: all 2 GPUs of node1 below 5% for 600 s"
+    assert idle.node == "node1"
     # a GPU whose utilisation is unknown is not idle; one busy GPU is not idle either
     write_snapshots(job, {"node1": gpus(None, None)}, times)
     assert check(job, RUNNING, Options(), now=NOW).findings == []
     write_snapshots(job, {"node1": gpus(0.0, 60.0)}, times)
     assert check(job, RUNNING, Options(), now=NOW).findings == []
+
+
+def test_idle_gpus_on_some_nodes_are_named_with_how_long(tmp_path: Path) -> None:
+    job = running_job(tmp_path, started=NOW - 1800)
+    times = [NOW - 1790 + 10 * k for k in range(180)]
+    nodes = {"node1": gpus(95.0, 90.0), "node2": gpus(0.0, 2.0), "node3": gpus(1.0, None)}
+    write_snapshots(job, nodes, times)
+    [idle] = check(job, RUNNING, Options(gpu_idle_after=600), now=NOW).findings
+    assert idle.reason == (
+        "GPUs allocated but idle on node2, node3 (3 GPUs): below 5% for 1790 s, every reading since the "
+        "driver started, while the GPUs of 1 other node work"
+    )
+    assert idle.node is None
+
+
+def test_idle_since_the_last_busy_reading(tmp_path: Path) -> None:
+    job = running_job(tmp_path, started=NOW - 3600)
+    busy = [NOW - 3590 + 10 * k for k in range(200)]  # until NOW - 1600
+    idle = [NOW - 1590 + 10 * k for k in range(159)]
+    with job.logs.metrics.open("w") as out:
+        for t in busy + idle:
+            record = json.loads(snapshot_line({"node1": gpus(80.0 if t in busy else 0.0)}, {}, []))
+            record["t"] = t
+            out.write(json.dumps(record) + "\n")
+    [finding] = check(job, RUNNING, Options(gpu_idle_after=600), now=NOW).findings
+    assert finding.reason == "GPUs allocated but idle: the GPU of node1 below 5% for 1590 s"
+
+
+def test_json_is_versioned_with_progress_gpu_use_and_each_nodes_transport(tmp_path: Path) -> None:
+    titan = "".join(
+        f"[titan] 2026-02-24 19:46:{10 + 2 * k:02d},500 - root - INFO - step: {k}  loss:  7.6  "
+        f"memory: 66.91GiB(37.51%)  tps: 10,050  tflops: 314.69  mfu: 13.99%\n"
+        for k in range(1, 5)
+    )
+    job = running_job(tmp_path, titan + IB_HEAD + SOCKET_WORKER)
+    node2 = dataclasses.replace(gpus(40.0, 20.0), ip="10.0.0.2")
+    write_snapshots(job, {"node1": gpus(90.0, 80.0), "node2": node2}, [NOW - 20, NOW - 10])
+    data = json.loads(check(job, RUNNING, Options(), now=NOW).to_json())
+    assert data["schema_version"] == 2
+    assert (data["step"], data["total_steps"], data["seconds_per_step"]) == (4, None, 2.0)
+    assert data["throughput"] == {"value": 10050.0, "unit": "tokens/s/device"}
+    assert data["gpu_utilization"] == {"average": 57.5, "minimum": 20.0, "gpus": 4}
+    assert data["nodes"] == {
+        "node1": {"transport": "IB", "gpu_utilization": {"average": 85.0, "minimum": 80.0, "gpus": 2}},
+        "node2": {"transport": "Socket", "gpu_utilization": {"average": 30.0, "minimum": 20.0, "gpus": 2}},
+    }
+    assert "steps_per_second" not in data
 
 
 def test_a_node_on_sockets_among_ib_nodes_and_a_fatal_line_on_its_node(tmp_path: Path) -> None:
@@ -428,7 +476,7 @@ def test_the_command_exits_with_the_verdict(
     monkeypatch.setattr("raysub.slurm.job_state", lambda job_id: SlurmState("FAILED", 1, "test"))
     result = raysub_cli("health", str(job.logs.path))
     assert result.code == 1, result.stderr
-    assert result.stdout.startswith("job 4711: UNHEALTHY (Slurm: FAILED)\nstep 7, 0.5 steps/s\n")
+    assert result.stdout.startswith("job 4711: UNHEALTHY (Slurm: FAILED)\nstep 7, 2 s per step\n")
     monkeypatch.setattr("raysub.slurm.job_state", lambda job_id: SlurmState("PENDING", None, "test"))
     assert raysub_cli("health", "--json", str(job.logs.path)).code == 2
     bad = raysub_cli("health", "--step-regex", "step (\\d+)", str(job.logs.path))

@@ -6,7 +6,14 @@ from pathlib import Path
 import pytest
 
 from raysub import health
-from raysub.health.progress import DEFAULT_PATTERNS, Progress, StepPattern, progress, rate
+from raysub.health.progress import (
+    DEFAULT_PATTERNS,
+    Progress,
+    StepPattern,
+    Throughput,
+    progress,
+    seconds_per_step,
+)
 from raysub.health.text import clean
 
 LOGS = Path(__file__).parents[1] / "fixtures" / "logs"
@@ -22,13 +29,13 @@ def test_each_default_patterns_example_is_read_by_that_pattern(pattern: StepPatt
 
 
 @pytest.mark.parametrize(
-    ("line", "step", "total", "rate_"),
+    ("line", "step", "total", "seconds"),
     [
-        ("step:12 - global_seqlen/mean:9371.000 - timing_s/step:40.000", 12, None, 0.025),
+        ("step:12 - global_seqlen/mean:9371.000 - timing_s/step:40.000", 12, None, 40.0),
         ("========================= Step 12/100 =========================", 12, 100, None),
         ("Epoch 1/3 Step 12/100 Train step 12/300 done.", 12, 300, None),
         (" [2025-01-20 10:11:12] iteration      120/    5000 | consumed samples:        15360 |"
-         " elapsed time per iteration (ms): 1250.0 | learning rate: 2.999E-04 |", 120, 5000, 0.8),
+         " elapsed time per iteration (ms): 1250.0 | learning rate: 2.999E-04 |", 120, 5000, 1.25),
         ("[2025-01-20 10:11:12,167] [INFO] [logging.py:128:log_dist] [Rank 0] step=120, skipped=0,"
          " lr=[2.9e-05], mom=[(0.9, 0.999)]", 120, None, None),
         ("[titan] 2025-01-20 10:11:12,345 - root - INFO - step: 120  loss:  3.2514  memory: 61.20GiB", 120,
@@ -39,21 +46,21 @@ def test_each_default_patterns_example_is_read_by_that_pattern(pattern: StepPatt
         ('{"global_step": 40, "train/loss": 1.1}', 40, None, None),
         ('{"training_iteration": 7, "loss": 0.5, "time_total_s": 33.1}', 7, None, None),
         ("{'train/global_step': 9, 'loss': 1.2}", 9, None, None),
-        ("Training Progress:  12%|█▏        | 12/100 [08:02<58:57, 40.00s/it]", 12, 100, 0.025),
-        ("Train step of epoch 0:  12%|█▏        | 120/1000 [02:00<14:40,  2.00it/s, lr=2]", 120, 1000, 2.0),
-        ("Episode [1/1]:  12%|█▏        | 12/100 [10:00<1:13:20, 50.00s/it]", 12, 100, 0.02),
-        ("Training Batches Processed:  12%|█▏        | 12/100 [06:00<44:00, 30.00s/it]", 12, 100, 1 / 30),
-        ("Epoch 0:  12%|█▏        | 120/1000 [00:10<01:20, 11.00it/s, v_num=0, loss=1.2]", 120, 1000, 11.0),
-        (" 12%|█▏        | 120/1000 [01:23<10:00,  1.45it/s]", 120, 1000, 1.45),
+        ("Training Progress:  12%|█▏        | 12/100 [08:02<58:57, 40.00s/it]", 12, 100, 40.0),
+        ("Train step of epoch 0:  12%|█▏        | 120/1000 [02:00<14:40,  2.00it/s, lr=2]", 120, 1000, 0.5),
+        ("Episode [1/1]:  12%|█▏        | 12/100 [10:00<1:13:20, 50.00s/it]", 12, 100, 50.0),
+        ("Training Batches Processed:  12%|█▏        | 12/100 [06:00<44:00, 30.00s/it]", 12, 100, 30.0),
+        ("Epoch 0:  12%|█▏        | 120/1000 [00:10<01:20, 11.00it/s, v_num=0, loss=1.2]", 120, 1000, 1 / 11),
+        (" 12%|█▏        | 120/1000 [01:23<10:00,  1.45it/s]", 120, 1000, 1 / 1.45),
         ("  0%|          | 0/1000 [00:00<?, ?it/s]", 0, 1000, None),
         ("Step 12/100 | loss 1.234", 12, 100, None),
     ],
 )  # fmt: skip
-def test_one_line_per_format(line: str, step: int, total: int | None, rate_: float | None) -> None:
+def test_one_line_per_format(line: str, step: int, total: int | None, seconds: float | None) -> None:
     found = progress(line)
     assert found is not None
     assert (found.step, found.total) == (step, total)
-    assert found.rate == (None if rate_ is None else pytest.approx(rate_))
+    assert found.seconds_per_step == (None if seconds is None else pytest.approx(seconds))
     assert found.line == line.rstrip()
 
 
@@ -114,7 +121,10 @@ def test_traps_are_not_training_progress(text: str) -> None:
 def test_evaluation_bars_without_description_are_told_by_their_total() -> None:
     text = "\r 50%|█████     | 500/1000 [06:00<06:00,  1.39it/s]\n"
     text += "\r 40%|████      | 50/125 [00:05<00:07, 10.00it/s]\n"
-    assert progress(text) == Progress(500, 1000, 1.39, " 50%|█████     | 500/1000 [06:00<06:00,  1.39it/s]")
+    bar = " 50%|█████     | 500/1000 [06:00<06:00,  1.39it/s]"
+    found = progress(text)
+    assert found == Progress(500, 1000, found.seconds_per_step if found else None, None, bar)
+    assert found is not None and found.seconds_per_step == pytest.approx(1 / 1.39)
 
 
 def test_carriage_return_debris_the_last_segment_counts() -> None:
@@ -122,7 +132,7 @@ def test_carriage_return_debris_the_last_segment_counts() -> None:
     text += "\rEpoch 0:   2%|▏         | 20/1000 [00:02<01:38, 10.00it/s]\r\n"
     found = progress(text)
     assert found is not None
-    assert (found.step, found.rate) == (20, 10.0)
+    assert (found.step, found.seconds_per_step) == (20, 0.1)
     assert "\r" not in found.line
 
 
@@ -176,21 +186,91 @@ def test_a_step_regex_needs_a_step_group(regex: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("line", "steps_per_second"),
+    ("line", "seconds"),
     [
-        ("[00:10<01:20, 11.00it/s]", 11.0),
-        ("[00:41<1:08:01, 40.00s/it]", 0.025),
-        ("elapsed time per iteration (ms): 500.0 |", 2.0),
-        ("step:3 - timing_s/step:4.0", 0.25),
+        ("[00:10<01:20, 11.00it/s]", 1 / 11),
+        ("[00:41<1:08:01, 40.00s/it]", 40.0),
+        ("elapsed time per iteration (ms): 500.0 |", 0.5),
+        ("step:3 - timing_s/step:4.0", 4.0),
         ("[00:00<?, ?it/s]", None),
         ("elapsed time per iteration (ms): 0.0 |", None),
         ("nothing", None),
     ],
 )
-def test_rates(line: str, steps_per_second: float | None) -> None:
-    assert rate(line) == (None if steps_per_second is None else pytest.approx(steps_per_second))
+def test_seconds_per_step(line: str, seconds: float | None) -> None:
+    assert seconds_per_step(line) == (None if seconds is None else pytest.approx(seconds))
 
 
 def test_the_package_re_exports_the_parsers() -> None:
     assert health.progress("step:1 - a:1") == progress("step:1 - a:1")
     assert health.Progress is Progress
+
+
+def bar(description: str, step: int, total: int, postfix: str = "") -> str:
+    return f"{description}:  50%|█████     | {step}/{total} [00:10<00:10,  2.00s/it{postfix}]"
+
+
+def test_a_lightning_1x_epoch_bar_moving_while_validating_is_no_training_step() -> None:
+    validating = "Validating:  50%|█████     | 5/10 [00:05<00:05,  1.00it/s]"
+    lines = [bar("Epoch 2", 120, 130), validating, bar("Epoch 2", 121, 130), bar("Epoch 2", 122, 130)]
+    assert progress("\n".join(lines)) is None
+    lines = [
+        bar("Epoch 2", 120, 130, ", global_step=263.0"),
+        validating,
+        bar("Epoch 2", 121, 130, ", global_step=263.0"),
+    ]
+    found = progress("\n".join(lines))
+    assert found is not None
+    assert (found.step, found.total, found.seconds_per_step) == (263, None, None)
+    # Lightning 2.x: validation finishes before the epoch bar moves on.
+    finished = "Validation DataLoader 0: 100%|██████████| 10/10 [00:05<00:00,  2.00it/s]"
+    found = progress("\n".join([bar("Epoch 2", 120, 130), finished, bar("Epoch 2", 121, 130)]))
+    assert found is not None and (found.step, found.total) == (121, 130)
+
+
+def test_two_writers_of_one_bar_give_no_answer_until_it_passes_the_furthest_count() -> None:
+    lines = [bar("Epoch 0", 5, 18), "Epoch 0:  33%|███▎      | 6/18 [00:23<00:47,  3", bar("Epoch 0", 1, 18)]
+    assert progress("\n".join(lines)) is None
+    found = progress("\n".join([*lines, bar("Epoch 0", 7, 18)]))
+    assert found is not None and found.step == 7
+    # A finished bar that starts over is the next epoch, not a second writer.
+    found = progress("\n".join([bar("Epoch", 18, 18), bar("Epoch", 1, 18)]))
+    assert found is not None and found.step == 1
+
+
+def test_a_bar_cut_inside_its_numbers_never_counts() -> None:
+    found = progress("\n".join([bar("Epoch 0", 5, 180), "Epoch 0:  33%|███▎      | 6/18"]))
+    assert found is not None and (found.step, found.total) == (5, 180)
+
+
+def test_carriage_returns_spelled_by_a_forwarder() -> None:
+    text = "#015  0%|          | 0/250 [00:00<?, ?it/s]#015100%|██████████| 250/250 [00:16<00:00, 15.24it/s]"
+    found = progress(text)
+    assert found is not None and (found.step, found.total) == (250, 250)
+
+
+@pytest.mark.parametrize(
+    ("line", "value", "unit"),
+    [
+        ("step:  4  loss:  7.62585  tps: 10,050  tflops: 314.69", 10050.0, "tokens/s/device"),
+        ("step   20/74 | loss 3.2 | 36.74 ms | 9.1% bf16 MFU | 111854 tok/s", 111854.0, "tokens/s"),
+        (" iteration 73/ 100 | elapsed time per iteration (ms): 5829.9 |"
+         " throughput per GPU (TFLOP/s/GPU): 224.0 |", 224.0, "TFLOP/s/device"),
+        (" samples/sec: 7.799 | iteration       34/   10000 | elapsed time per iteration (ms): 4103.1 |",
+         7.799, "samples/s"),
+        ("completed step: 3, seconds: 10.344, TFLOP/s/device: 346.932, Tokens/s/device: 19006.461",
+         19006.461, "tokens/s/device"),
+    ],
+)  # fmt: skip
+def test_throughput_as_the_log_states_it(line: str, value: float, unit: str) -> None:
+    found = progress(line)
+    assert found is not None and found.throughput == Throughput(value, unit)
+
+
+def test_seconds_per_step_from_timestamps_only_when_precise_enough() -> None:
+    line = "[titan] 2026-02-24 19:46:{:s} - root - INFO - step: {:d}  loss:  7.6"
+    found = progress("\n".join([line.format("17,508", 4), line.format("19,145", 5)]))
+    assert found is not None and found.seconds_per_step == pytest.approx(1.637)
+    automodel = "2026-08-10 16:00:{:02d} | INFO | root | step {:d} | epoch 0 | loss 0.7"
+    found = progress("\n".join([automodel.format(54, 13), automodel.format(56, 14)]))
+    assert found is not None and found.seconds_per_step is None  # whole seconds, 2 s apart

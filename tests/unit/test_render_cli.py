@@ -1,5 +1,6 @@
 """``raysub render`` on the command line: options, defaults from env and profiles, one-line errors."""
 
+import subprocess
 from pathlib import Path
 
 import click
@@ -255,3 +256,35 @@ def test_signal_before_must_come_before_the_time_limit(raysub_cli: RunCli) -> No
     assert (
         raysub_cli("render", "--nodes", "2", "--time", "10", "--signal-before", "599", "--", "true").code == 0
     )
+
+
+def _nccl_settings(script: str) -> str:
+    """The lines of ``script`` that set NCCL's debug variables."""
+    start = script.index("if [[ -z ${NCCL_DEBUG+set}")
+    return script[start : script.index("\nfi\n", start) + 4]
+
+
+@pytest.mark.parametrize(
+    ("environment", "expected"),
+    [
+        ({}, "INFO NET"),
+        ({"NCCL_DEBUG": "WARN"}, "WARN -"),
+        ({"NCCL_DEBUG_SUBSYS": "INIT,GRAPH"}, "- INIT,GRAPH"),
+        ({"NCCL_DEBUG": ""}, " -"),  # set, even empty: the user's
+    ],
+)
+def test_nccl_debug_is_set_only_when_the_user_set_neither(
+    raysub_cli: RunCli, environment: dict[str, str], expected: str
+) -> None:
+    result = raysub_cli("render", "--nodes", "2", "--", "python", "train.py")
+    assert result.code == 0, result.stderr
+    program = _nccl_settings(result.stdout) + 'echo "${NCCL_DEBUG-"-"} ${NCCL_DEBUG_SUBSYS-"-"}"'
+    run = subprocess.run(
+        ["bash", "-euc", program],
+        env={"PATH": "/usr/bin:/bin", **environment},
+        capture_output=True,
+        text=True,
+    )
+    assert run.stdout.rstrip("\n") == expected, run.stderr
+    result = raysub_cli("render", "--nodes", "2", "--no-nccl-debug", "--", "python", "train.py")
+    assert "NCCL_DEBUG" not in result.stdout
