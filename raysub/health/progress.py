@@ -37,6 +37,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime
+from itertools import chain
 from typing import TypeVar
 
 from raysub.health.text import Line, lines
@@ -252,6 +253,7 @@ class _Match:
     global_step: int | None = None  # the bar's own global_step=N
     bare_bar: bool = False
     timed: bool = True  # whether the line's times and rates are those of training steps
+    framework: str = ""  # the pattern's that read it
     before: tuple[Line, ...] = ()  # the lines between the previous step line and this one
 
 
@@ -299,7 +301,7 @@ def _match(line: Line, patterns: tuple[StepPattern, ...], guarded: bool) -> _Mat
         groups = found.groupdict()
         total = int(groups["total"]) if groups.get("total") else None
         if "times" not in groups or total is None:
-            return _Match(int(found["step"]), total, line)
+            return _Match(int(found["step"]), total, line, framework=pattern.framework)
         postfix = _POSTFIX_GLOBAL_STEP.search(groups["times"])
         return _Match(
             int(found["step"]),
@@ -308,6 +310,7 @@ def _match(line: Line, patterns: tuple[StepPattern, ...], guarded: bool) -> _Mat
             bar=(groups.get("description") or "", total),
             global_step=int(postfix["step"]) if postfix else None,
             bare_bar=pattern.bare_bar,
+            framework=pattern.framework,
         )
     return None
 
@@ -386,17 +389,25 @@ class _Reading:
         seconds: float | None = None
         rate: Throughput | None = None
         if last.timed:
-            earlier = [m.line.message for m in reversed(usable[:-1]) if m.timed]
+            # Earlier lines of the same format only: another trainer's (a run that changed stacks, a
+            # library's own counter next to the trainer's) measures something else.
+            same = [m for m in usable if m.timed and m.framework == last.framework]
+            earlier = (m.line.message for m in reversed(same[:-1]))
             nearby = [line.message for line in (*self.since, *reversed(last.before))]
             seconds = _first(
-                [seconds_per_step(last.line.message)]
-                + [seconds_per_step(line, _DETACHED_SECONDS) for line in nearby]
-                + [seconds_per_step(line) for line in earlier]
-            ) or _between_stamps(usable)
+                chain(
+                    (seconds_per_step(last.line.message),),
+                    (seconds_per_step(line, _DETACHED_SECONDS) for line in nearby),
+                    (_between_stamps(same),),
+                    (seconds_per_step(line) for line in earlier),
+                )
+            )
             rate = _first(
-                [throughput(last.line.message)]
-                + [throughput(line, _DETACHED_THROUGHPUTS) for line in nearby]
-                + [throughput(line) for line in earlier]
+                chain(
+                    (throughput(last.line.message),),
+                    (throughput(line, _DETACHED_THROUGHPUTS) for line in nearby),
+                    (throughput(line) for line in earlier),
+                )
             )
         return Progress(last.step, self._total(last, usable), seconds, rate, last.line.shown)
 
@@ -428,12 +439,12 @@ def _stamp(message: str) -> tuple[float, bool] | None:
     return moment.timestamp() + (float(f"0.{fraction}") if fraction else 0.0), bool(fraction)
 
 
-def _between_stamps(usable: list[_Match]) -> float | None:
+def _between_stamps(matches: list[_Match]) -> float | None:
     """Seconds per step from the timestamps of the latest two step lines with different steps, as a
     reader would work it out; None without timestamps precise enough."""
-    last = usable[-1]
-    previous = next((m for m in reversed(usable) if m.step < last.step and m.timed), None)
-    if previous is None or not last.timed:
+    last = matches[-1]
+    previous = next((m for m in reversed(matches) if m.step < last.step), None)
+    if previous is None:
         return None
     stamps = _stamp(last.line.message), _stamp(previous.line.message)
     if stamps[0] is None or stamps[1] is None:

@@ -122,6 +122,82 @@ def test_health_says_healthy_with_the_step_then_stalled_and_watch_restarts_it(
     assert_clean(minicluster, job_id)
 
 
+# Three stacks' formats one after another, as a run's driver log would show them (the lines are shaped as
+# in tests/fixtures/corpus/: Megatron-LM's mixtral block, torchtitan's multi-rank block, llm.c's AMD-fork
+# block). The second stack prints from a Ray task on another node, so its lines carry Ray's prefix. Before
+# each next stack the driver waits for the test's go file. It also says what NCCL_DEBUG the job gave it and
+# a task on another node.
+THREE_STACKS_DRIVER = textwrap.dedent(
+    """
+    import os, pathlib, sys, time, ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+    go = pathlib.Path(sys.argv[1])
+    def wait(phase):
+        while not (go / str(phase)).exists():
+            time.sleep(0.2)
+    def nccl_settings():
+        return os.environ.get("NCCL_DEBUG"), os.environ.get("NCCL_DEBUG_SUBSYS")
+    for step, stamp in ((1, "00:00:00"), (2, "00:00:06"), (3, "00:00:12")):
+        print(f" [2026-11-27 {stamp}] iteration {step:>8}/     100 | consumed samples: {128 * step:>12} |"
+              f" elapsed time per iteration (ms): {5829.9 if step == 3 else 5811.2} |"
+              f" throughput per GPU (TFLOP/s/GPU): {224.0 if step == 3 else 223.4} |"
+              f" learning rate: 1.000000E-05 | global batch size:   128 | lm loss: 5.3E+00 |", flush=True)
+    wait(1)
+    ray.init()
+    @ray.remote(num_cpus=0.1)
+    def titan(node):
+        for step, stamp, tps in ((4, "17,508", "10,050"), (5, "19,145", "10,007"), (6, "20,782", "10,011")):
+            print(f"[titan] 2026-11-27 00:01:{stamp} - root - INFO - step: {step:2d}  loss:  7.07623"
+                  f"  grad_norm: 46.5000  memory: 66.91GiB(37.51%)  tps: {tps}  tflops: 313.36  mfu: 13.93%",
+                  flush=True)
+        return nccl_settings()
+    here = ray.get_runtime_context().get_node_id()
+    other = next(n["NodeID"] for n in ray.nodes() if n["Alive"] and n["NodeID"] != here)
+    strategy = NodeAffinitySchedulingStrategy(other, soft=False)
+    task = ray.get(titan.options(scheduling_strategy=strategy).remote(other))
+    print("nccl driver", nccl_settings(), "task", task, flush=True)
+    wait(2)
+    for step, ms, tok in ((7, "36.62", "111903"), (8, "36.67", "111885"), (9, "36.74", "111854")):
+        print(f"step {step:4d}/100 | loss 3.2514 (+nanz)| norm 0.4521 (+nanz)| lr 3.00e-04 | {ms} ms |"
+              f" 9.1% bf16 MFU | {tok} tok/s", flush=True)
+    wait(3)
+    """
+)
+
+
+def test_health_reads_three_stacks_formats_one_after_another_on_four_nodes(
+    minicluster: MiniCluster, slurm_tmp: Path
+) -> None:
+    driver = slurm_tmp / "driver.py"
+    driver.write_text(THREE_STACKS_DRIVER)
+    go = slurm_tmp / "go"
+    go.mkdir()
+    job_id, logs = submit(
+        minicluster, slurm_tmp, ["--nodes", "4", *NO_GPUS, "--", "python", str(driver), str(go)]
+    )
+    expected = [
+        ("lm loss: 5.3E+00", 3, 100, 5.8299, {"value": 224.0, "unit": "TFLOP/s/device"}),
+        ("tps: 10,011", 6, None, 1.637, {"value": 10011.0, "unit": "tokens/s/device"}),
+        ("111854 tok/s", 9, 100, 0.03674, {"value": 111854.0, "unit": "tokens/s"}),
+    ]
+    for phase, (last, step, total, seconds, throughput) in enumerate(expected, start=1):
+        deadline = time.monotonic() + 120
+        while last not in (logs.driver_log.read_text() if logs.driver_log.exists() else ""):
+            assert time.monotonic() < deadline, job_report(minicluster, slurm_tmp, job_id)
+            time.sleep(0.5)
+        code, report = health(minicluster, logs)
+        assert (code, report["schema_version"], report["step"]) == (0, 2, step), report
+        assert report["seconds_per_step"] == pytest.approx(seconds), report
+        assert report["throughput"] == throughput, report
+        if total is not None:
+            assert report["total_steps"] == total, report
+        (go / str(phase)).touch()
+    assert "nccl driver ('INFO', 'NET') task ('INFO', 'NET')" in logs.driver_log.read_text()
+    result = minicluster.wait(job_id)
+    assert (result.state, result.exit_code) == ("COMPLETED", 0), job_report(minicluster, slurm_tmp, job_id)
+    assert_clean(minicluster, job_id)
+
+
 # First job: saves step_3 (NeMo-RL's layout: complete once training_info.json is in it), says so, and
 # trains on; the test then kills a worker's Ray. Second job: told step_3, it finishes.
 LOSING_DRIVER = textwrap.dedent(
