@@ -34,6 +34,7 @@ its bar); the latest earlier step line that states them stands in when neither d
 from __future__ import annotations
 
 import re
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -170,6 +171,12 @@ DEFAULT_PATTERNS: tuple[StepPattern, ...] = (
 )
 # fmt: on
 
+_NCCL = "NCCL INFO "
+# Every default pattern needs one of these (in lower case) on its line: most lines of a log are no step
+# line, and a search for them is much cheaper than trying every pattern.
+_STEP_WORDS = ("step", "iter", "epoch", "%|", "/? [", "| loss", "perf ", "] - ", "training result")
+# A step's time or throughput on a line of its own is read this many lines around the step's line at most.
+NEARBY = 64
 # Lines that state the run's total steps without a step of their own (HF Trainer's header).
 _TOTAL_LINE = re.compile(r"\bTotal optimization steps = (?P<total>\d+)$")
 
@@ -290,6 +297,8 @@ def _is_training_bar(found: re.Match[str]) -> bool:
 
 def _match(line: Line, patterns: tuple[StepPattern, ...], guarded: bool) -> _Match | None:
     """The first of ``patterns`` that reads ``line`` (with ``guarded``, not after a non-training word)."""
+    if guarded and not any(word in line.message.lower() for word in _STEP_WORDS):
+        return None
     for pattern in patterns:
         found = pattern.regex.search(line.message)
         if found is None:
@@ -322,7 +331,7 @@ class _Reading:
         self.patterns = patterns
         self.guarded = guarded
         self.matches: list[_Match] = []
-        self.since: list[Line] = []  # the lines after the latest step line
+        self.since: deque[Line] = deque(maxlen=NEARBY)  # the last lines after the latest step line
         self.bare_total: int | None = None  # the first bar without a description: the training bar
         self.total_line: int | None = None  # a total stated on a line of its own
         self.validation_open = False  # a validation bar has been drawn and has not finished
@@ -331,6 +340,8 @@ class _Reading:
         self.two_writers: set[tuple[str, int]] = set()
 
     def read(self, line: Line) -> None:
+        if _NCCL in line.message:
+            return  # NCCL_DEBUG=INFO's many lines (the job script sets it) are never progress: skipped fast
         if self.guarded and (validation := _VALIDATION_BAR.match(line.message)):
             self.validation_open = validation["step"] != validation["total"]
             return
@@ -347,7 +358,7 @@ class _Reading:
         if match.bar:
             self._follow_bar(match)
         self.matches.append(replace(match, before=tuple(self.since)))
-        self.since = []
+        self.since.clear()
 
     def _follow_bar(self, match: _Match) -> None:
         assert match.bar is not None
@@ -392,7 +403,7 @@ class _Reading:
             # Earlier lines of the same format only: another trainer's (a run that changed stacks, a
             # library's own counter next to the trainer's) measures something else.
             same = [m for m in usable if m.timed and m.framework == last.framework]
-            earlier = (m.line.message for m in reversed(same[:-1]))
+            earlier = (m.line.message for m in reversed(same[-NEARBY:-1]))
             nearby = [line.message for line in (*self.since, *reversed(last.before))]
             seconds = _first(
                 chain(
