@@ -236,7 +236,8 @@ class Throughput:
     unit: str
 
     def __str__(self) -> str:
-        return f"{self.value:.4g} {self.unit}"
+        figure = f"{self.value:,.0f}" if self.value >= 100 else f"{self.value:.3g}"
+        return f"{figure} {self.unit}"
 
 
 @dataclass(frozen=True)

@@ -419,7 +419,10 @@ def test_json_is_versioned_with_progress_gpu_use_and_each_nodes_transport(tmp_pa
     job = running_job(tmp_path, titan + IB_HEAD + SOCKET_WORKER)
     node2 = dataclasses.replace(gpus(40.0, 20.0), ip="10.0.0.2")
     write_snapshots(job, {"node1": gpus(90.0, 80.0), "node2": node2}, [NOW - 20, NOW - 10])
-    data = json.loads(check(job, RUNNING, Options(), now=NOW).to_json())
+    checkup = check(job, RUNNING, Options(), now=NOW)
+    assert "step 4, 2 s per step, 10,050 tokens/s/device\n" in checkup.describe()
+    assert "GPU utilisation: 57.5% on average, 20% on the least busy GPU\n" in checkup.describe()
+    data = json.loads(checkup.to_json())
     assert data["schema_version"] == 2
     assert (data["step"], data["total_steps"], data["seconds_per_step"]) == (4, None, 2.0)
     assert data["throughput"] == {"value": 10050.0, "unit": "tokens/s/device"}
