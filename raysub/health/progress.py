@@ -53,7 +53,7 @@ _NOT_TRAINING = re.compile(
 # A line cut after the counts (by a forwarder, or two writers) still shows them whole; its times may be cut.
 _TQDM = r"\d{1,3}%\|[^|]*\| *(?P<step>\d+)/(?P<total>\d+) +\[(?P<times>[^\]]{0,300})(?P<end>\]|$)"
 _ITERATIONS = re.compile(r"(?:\d|\?)(?:it/s|s/it)")  # a bar's unit: iterations, not bytes or examples
-_TRAINING_BAR = re.compile(r"train|epoch|episode|step|iter|progress|batch", re.IGNORECASE)
+_TRAINING_BAR = re.compile(r"train|epoch|episode|step|iter|progress|batch|loss", re.IGNORECASE)
 _OPENRLHF_EPOCH_BAR = re.compile(r"train epoch\b", re.IGNORECASE)
 _VALIDATION_BAR = re.compile(rf"^(?:Validati\w*|Validation DataLoader \d+): +{_TQDM}")
 _POSTFIX_GLOBAL_STEP = re.compile(r"\bglobal_step=(?P<step>\d+)(?:\.0)?\b")
@@ -70,6 +70,8 @@ class StepPattern:
 
 
 _DESCRIBED_BAR = re.compile(rf"^(?P<description>[^|]*?): +{_TQDM}")
+# torchtune's description is "{epoch}|{step}|Loss: {loss}", pipes and all.
+_TORCHTUNE_BAR = re.compile(rf"^(?P<description>\d+\|\d+\|Loss: [^|:]*): +{_TQDM}")
 # A bar whose total is unknown (an iterable dataset): "{desc}: |{bar}| {n}/? [{elapsed}<..., rate]".
 _OPEN_BAR = re.compile(
     r"^(?P<description>[^|]*?): +\|[^|]*\| *(?P<step>\d+)/\? +\[(?P<times>[^\]]{0,300})(?P<end>\]|$)"
@@ -85,6 +87,7 @@ _AREAL = re.compile(r"\bTrain step (?P<step>\d+)/(?P<total>\d+) done\b")
 _MEGATRON = re.compile(r"\biteration +(?P<step>\d+)/ *(?P<total>\d+) \|")
 _NEMO_2 = re.compile(r"^Training epoch \d+, iteration (?P<step>\d+)/(?P<total>\d+) \|")
 _DEEPSPEED = re.compile(r"\[Rank \d+\] step=(?P<step>\d+), skipped=\d+")
+_DEEPSPEED_PIPELINE = re.compile(r"^steps: (?P<step>\d+) loss: ")
 _TORCHTITAN = re.compile(r"(?<![\w/])step: *(?P<step>\d+) +loss:")
 _MAXTEXT = re.compile(r"\bcompleted step: (?P<step>\d+), seconds: ")
 _LLMC = re.compile(r"^step +(?P<step>\d+)(?:/(?P<total>\d+) \||: train loss )")
@@ -135,6 +138,8 @@ DEFAULT_PATTERNS: tuple[StepPattern, ...] = (
     StepPattern("NeMo 2.x", "Training epoch 0, iteration 120/149 | lr: 3e-05 | global_step: 120 |"
                 " reduced_train_loss: 1.34 | train_step_timing in s: 0.03147", _NEMO_2),
     StepPattern("DeepSpeed", _DEEPSPEED_LINE, _DEEPSPEED),
+    StepPattern("DeepSpeed (pipeline)", "steps: 120 loss: 2.3456 iter time (s): 3.106 samples/sec: 0.322",
+                _DEEPSPEED_PIPELINE),
     StepPattern("torchtitan", _TORCHTITAN_LINE, _TORCHTITAN),
     StepPattern("MaxText", _MAXTEXT_LINE, _MAXTEXT),
     StepPattern("llm.c", "step  120/74 | loss 3.2514 | norm 0.4521 | lr 3.00e-04 | 36.74 ms | 9.1% bf16 MFU"
@@ -162,6 +167,7 @@ DEFAULT_PATTERNS: tuple[StepPattern, ...] = (
     StepPattern("OpenRLHF (SFT, RM, DPO)", f"Train step of epoch 0:  {_BAR}", _DESCRIBED_BAR),
     StepPattern("OpenRLHF (PPO)", f"Episode [1/1]:  {_BAR}", _DESCRIBED_BAR),
     StepPattern("SkyRL", f"Training Batches Processed:  {_BAR}", _DESCRIBED_BAR),
+    StepPattern("torchtune", f"1|120|Loss: 1.5955958366394043:  {_BAR}", _TORCHTUNE_BAR),
     StepPattern("PyTorch Lightning", "Epoch 0:  12%|█▏        | 120/1000 [00:10<01:20, 11.00it/s, v_num=0]",
                 _DESCRIBED_BAR),
     StepPattern("PyTorch Lightning (iterable dataset)", "Epoch 1: |          | 43/? [00:26<00:00, 1.65it/s]",
@@ -177,6 +183,8 @@ _NCCL = "NCCL INFO "
 _STEP_WORDS = ("step", "iter", "epoch", "%|", "/? [", "| loss", "perf ", "] - ", "training result")
 # A step's time or throughput on a line of its own is read this many lines around the step's line at most.
 NEARBY = 64
+# HF Trainer's header before the bar of an evaluation or a prediction (after training, too).
+_HF_EVALUATION = re.compile(r"\*{5} Running (?:Evaluation|Prediction) \*{5}")
 # Lines that state the run's total steps without a step of their own (HF Trainer's header).
 _TOTAL_LINE = re.compile(r"\bTotal optimization steps = (?P<total>\d+)$")
 
@@ -184,6 +192,9 @@ _TOTAL_LINE = re.compile(r"\bTotal optimization steps = (?P<total>\d+)$")
 # a negative number means the value is a rate, that many steps per second per unit).
 _NUMBER = r"(?P<value>\d+(?:\.\d+)?)"
 _SECONDS: tuple[tuple[re.Pattern[str], float], ...] = (
+    # A trainer's own timer first: tqdm's rate is an average over the last updates, not the last step.
+    (re.compile(rf"Finished: 'step', time cost: {_NUMBER}s"), 1.0),  # SkyRL
+    (re.compile(rf"\biter time \(s\): {_NUMBER}"), 1.0),  # DeepSpeed's steps line
     (re.compile(rf"{_NUMBER}s/it\b"), 1.0),  # tqdm
     (re.compile(rf"{_NUMBER}it/s\b"), -1.0),
     (re.compile(rf"elapsed time per iteration \(ms\): {_NUMBER}"), 0.001),  # Megatron
@@ -204,6 +215,8 @@ _DETACHED_SECONDS: tuple[tuple[re.Pattern[str], float], ...] = (
     (re.compile(rf"'train_step_runtime': {_NUMBER}"), 1.0),  # HF Trainer's metrics dict
     (re.compile(rf"^\W*time_this_iter_s[: ]+{_NUMBER}"), 1.0),  # Ray Train, Tune
     (re.compile(rf"'perf/step_time': {_NUMBER}"), 1.0),  # slime
+    (re.compile(rf"'timing/step': '?{_NUMBER}"), 1.0),  # SkyRL's metrics dict
+    (re.compile(rf"Finished: 'step', time cost: {_NUMBER}s"), 1.0),  # SkyRL
 )
 TOKENS, TOKENS_PER_DEVICE, SAMPLES = "tokens/s", "tokens/s/device", "samples/s"
 TFLOPS, TFLOPS_PER_DEVICE = "TFLOP/s", "TFLOP/s/device"
@@ -212,10 +225,12 @@ _FIGURE = r"(?P<value>\d[\d,]*(?:\.\d+)?)"
 _THROUGHPUTS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(rf"\btps {_FIGURE}\("), TOKENS),  # NeMo AutoModel: global, then per GPU
     (re.compile(rf"\b{_FIGURE} tok/s\b"), TOKENS),  # llm.c
+    (re.compile(rf"\btokens per gpu per second \(tgs\): {_FIGURE}"), TOKENS_PER_DEVICE),  # Megatron-DeepSpeed
+    (re.compile(rf"\bperf/throughput:{_FIGURE}"), TOKENS_PER_DEVICE),  # verl: tokens / (step time x GPUs)
     (re.compile(rf"\btps: {_FIGURE}"), TOKENS_PER_DEVICE),  # torchtitan
     (re.compile(rf"\bTokens/s/device: {_FIGURE}"), TOKENS_PER_DEVICE),  # MaxText
     (re.compile(rf"\bsamples per second: {_FIGURE}"), SAMPLES),  # Megatron-DeepSpeed
-    (re.compile(rf"^ *samples/sec: {_FIGURE} \|"), SAMPLES),  # GPT-NeoX
+    (re.compile(rf"(?<![\w/])samples/sec: {_FIGURE}"), SAMPLES),  # GPT-NeoX, DeepSpeed's pipeline
     (re.compile(rf"\(TFLOP/s/GPU\): {_FIGURE}"), TFLOPS_PER_DEVICE),  # Megatron-LM
     (re.compile(rf"\bTFLOP/s/device: {_FIGURE}"), TFLOPS_PER_DEVICE),  # MaxText
     (re.compile(rf"\bTFLOP/s: {_FIGURE}"), TFLOPS_PER_DEVICE),  # MaxText (early)
@@ -224,6 +239,7 @@ _DETACHED_THROUGHPUTS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(rf"'perf/actor_train_tok_per_s': {_FIGURE}"), TOKENS),  # slime
     (re.compile(rf"'train_(?:step_)?samples_per_second': {_FIGURE}"), SAMPLES),  # HF Trainer
     (re.compile(rf"\bSamplesPerSec={_FIGURE}"), SAMPLES),  # DeepSpeed's timer (older releases)
+    (re.compile(rf'"overall_throughput": {_FIGURE}'), SAMPLES),  # InstructLab's metrics JSON
 )
 
 
@@ -336,6 +352,7 @@ class _Reading:
         self.bare_total: int | None = None  # the first bar without a description: the training bar
         self.total_line: int | None = None  # a total stated on a line of its own
         self.validation_open = False  # a validation bar has been drawn and has not finished
+        self.evaluating = False  # HF Trainer said it runs an evaluation or a prediction
         self.counts_validation: set[str] = set()  # bars that moved on while validating (Lightning 1.x)
         self.furthest: dict[tuple[str, int], int] = {}
         self.two_writers: set[tuple[str, int]] = set()
@@ -350,9 +367,13 @@ class _Reading:
         if match is None:
             if self.guarded and (stated := _TOTAL_LINE.search(line.message)):
                 self.total_line = int(stated["total"])
+            self.evaluating = self.evaluating or bool(_HF_EVALUATION.search(line.message))
             self.since.append(line)
             return
         if match.bare_bar:
+            if self.evaluating and match.total != self.bare_total:
+                return  # an evaluation bar, maybe the first bar of the text
+            self.evaluating = False
             self.bare_total = match.total if self.bare_total is None else self.bare_total
             if match.total != self.bare_total:
                 return  # an evaluation bar

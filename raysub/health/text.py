@@ -5,7 +5,8 @@ program's output and the log file:
 
 - ANSI escape sequences (colours, tqdm's cursor moves);
 - carriage-return debris: tqdm rewrites its bar with ``\\r`` and never ends the line, so a line is the
-  last non-blank ``\\r`` segment; forwarders that spell ``\\r`` as ``#015`` (and escape as ``#033``);
+  last non-blank ``\\r`` segment; forwarders that spell ``\\r`` as ``#015`` or ``^M`` (and escape as
+  ``#033``);
 - prefixes added on the way: Ray's ``(pid=123)``, ``(TaskRunner pid=123)``, ``(RayTrainWorker pid=1,
   ip=10.0.0.2)`` and ``(raylet)``; torchrun's ``[rank0]:`` and ``[default0]:``; ``srun --label``'s
   ``0:``; mpirun's ``[1,0]<stdout>:`` (``[1,mpirank:0,algo-1]<stdout>:`` on SageMaker); several may
@@ -72,10 +73,11 @@ def last_segment(text: str) -> str:
 
 def _forwarded(raw: str) -> str:
     """``raw`` with the control characters a log forwarder spelled out put back: syslog-style forwarders
-    (SageMaker's, rsyslog's) write a carriage return as ``#015`` and an escape as ``#033``."""
-    if "#0" not in raw:
-        return raw
-    return raw.replace("#015", "\r").replace("#033", "\x1b")
+    (SageMaker's, rsyslog's) write a carriage return as ``#015`` and an escape as ``#033``; ``cat -v``
+    and some log viewers a carriage return as ``^M``."""
+    if "#0" in raw:
+        raw = raw.replace("#015", "\r").replace("#033", "\x1b")
+    return raw.replace("^M", "\r") if "^M" in raw else raw
 
 
 def clean(number: int, raw: str) -> Line:

@@ -54,7 +54,14 @@ def test_recorded_format_logs(name: str, transport: str) -> None:
                HOST + "NCCL INFO Using network Libfabric"), None),  # HPE Slingshot: not classified
         (lines(HOST + "NCCL INFO Using network AWS Libfabric"), None),  # no provider named
         (lines(SOCKET_INTERFACES), None),  # lists fallback interfaces only, on healthy IB runs too
-        (lines(IB_DEVICES, SOCKET_INTERFACES), None),
+        (lines(IB_DEVICES, SOCKET_INTERFACES), IB),  # NCCL before 2.7 prints no "Using network" line
+        (lines(HOST + "NCCL INFO NET/IB : No device found.", SOCKET_INTERFACES), SOCKET),
+        (lines(HOST + "NCCL INFO NET/IB : No device found.",
+               HOST + "NCCL INFO NET/Socket : Using [0]lo:127.0.0.1<0>"), None),  # the loopback: one node
+        (lines(HOST + "NCCL INFO Using network Socket",
+               HOST + "NCCL INFO comm 0x558e rank 0 nranks 1 cudaDev 0 busId 30 - Init START"), None),
+        (lines(HOST + "NCCL INFO Ring 00 : 15 -> 0 [receive] via NET/Socket/0"), SOCKET),  # NCCL 2.4 to 2.6
+        (lines(HOST + "NCCL INFO NET/IB: [0] mlx5_1:1/IB", HOST + "NCCL INFO rank 0 nranks 8"), IB),  # 2.3
         ("no NCCL here\n", None),
         ("", None),
     ],
