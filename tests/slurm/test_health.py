@@ -42,14 +42,13 @@ def test_a_failed_driver_is_restarted_in_the_allocation_from_the_latest_checkpoi
     minicluster: MiniCluster, slurm_tmp: Path
 ) -> None:
     checkpoints = slurm_tmp / "ckpt"
-    driver = slurm_tmp / "driver.py"
-    driver.write_text(RESUMING_DRIVER)
+    program = driver(slurm_tmp, RESUMING_DRIVER)
     result, logs = run_job(
         minicluster,
         slurm_tmp,
         ["--nodes", "2", *NO_GPUS, "--driver-restarts", "2", "--restart-backoff", "1",
          "--checkpoint-dir", str(checkpoints), "--create-checkpoint-dir", "--checkpoint-marker", "DONE",
-         "--", "python", str(driver), str(checkpoints), CHECKPOINT_PLACEHOLDER],
+         "--", "python", program, str(checkpoints), CHECKPOINT_PLACEHOLDER],
     )  # fmt: skip
     assert (result.state, result.exit_code) == ("COMPLETED", 0), job_report(
         minicluster, slurm_tmp, result.job_id
@@ -78,6 +77,22 @@ HANGING_DRIVER = textwrap.dedent(
 )
 
 
+def driver(workdir: Path, source: str) -> str:
+    """The path of a driver program with ``source``, written into ``workdir``."""
+    path = workdir / "driver.py"
+    path.write_text(source)
+    return str(path)
+
+
+def wait_for_output(cluster: MiniCluster, workdir: Path, job_id: int, text: str) -> None:
+    """Until the job's driver log has ``text`` (two minutes at most)."""
+    logs = protocol.LogDir.of(workdir, job_id)
+    deadline = time.monotonic() + 120
+    while text not in (logs.driver_log.read_text() if logs.driver_log.exists() else ""):
+        assert time.monotonic() < deadline, job_report(cluster, workdir, job_id)
+        time.sleep(0.5)
+
+
 def health(cluster: MiniCluster, logs: protocol.LogDir, *options: str) -> tuple[int, dict[str, object]]:
     done = cluster.run("raysub", "health", "--json", str(logs.path), *options, check=False)
     report: dict[str, object] = json.loads(done.stdout)
@@ -87,16 +102,10 @@ def health(cluster: MiniCluster, logs: protocol.LogDir, *options: str) -> tuple[
 def test_health_says_healthy_with_the_step_then_stalled_and_watch_restarts_it(
     minicluster: MiniCluster, slurm_tmp: Path
 ) -> None:
-    driver = slurm_tmp / "driver.py"
-    driver.write_text(HANGING_DRIVER)
     hung_once = slurm_tmp / "hung_once"
-    job_id, logs = submit(
-        minicluster, slurm_tmp, ["--nodes", "2", *NO_GPUS, "--", "python", str(driver), str(hung_once)]
-    )
-    deadline = time.monotonic() + 120
-    while "step:3 " not in (logs.driver_log.read_text() if logs.driver_log.exists() else ""):
-        assert time.monotonic() < deadline, job_report(minicluster, slurm_tmp, job_id)
-        time.sleep(0.5)
+    render = ["--nodes", "2", *NO_GPUS, "--", "python", driver(slurm_tmp, HANGING_DRIVER), str(hung_once)]
+    job_id, logs = submit(minicluster, slurm_tmp, render)
+    wait_for_output(minicluster, slurm_tmp, job_id, "step:3 ")
     code, report = health(minicluster, logs)
     assert (code, report["healthy"], report["state"]) == (0, True, "RUNNING"), report
     assert isinstance(report["step"], int) and report["step"] >= 3, report
@@ -168,23 +177,17 @@ THREE_STACKS_DRIVER = textwrap.dedent(
 def test_health_reads_three_stacks_formats_one_after_another_on_four_nodes(
     minicluster: MiniCluster, slurm_tmp: Path
 ) -> None:
-    driver = slurm_tmp / "driver.py"
-    driver.write_text(THREE_STACKS_DRIVER)
     go = slurm_tmp / "go"
     go.mkdir()
-    job_id, logs = submit(
-        minicluster, slurm_tmp, ["--nodes", "4", *NO_GPUS, "--", "python", str(driver), str(go)]
-    )
+    render = ["--nodes", "4", *NO_GPUS, "--", "python", driver(slurm_tmp, THREE_STACKS_DRIVER), str(go)]
+    job_id, logs = submit(minicluster, slurm_tmp, render)
     expected = [
         ("lm loss: 5.3E+00", 3, 100, 5.8299, {"value": 224.0, "unit": "TFLOP/s/device"}),
         ("tps: 10,011", 6, None, 1.637, {"value": 10011.0, "unit": "tokens/s/device"}),
         ("111854 tok/s", 9, 100, 0.03674, {"value": 111854.0, "unit": "tokens/s"}),
     ]
     for phase, (last, step, total, seconds, throughput) in enumerate(expected, start=1):
-        deadline = time.monotonic() + 120
-        while last not in (logs.driver_log.read_text() if logs.driver_log.exists() else ""):
-            assert time.monotonic() < deadline, job_report(minicluster, slurm_tmp, job_id)
-            time.sleep(0.5)
+        wait_for_output(minicluster, slurm_tmp, job_id, last)
         code, report = health(minicluster, logs)
         assert (code, report["schema_version"], report["step"]) == (0, 2, step), report
         assert report["seconds_per_step"] == pytest.approx(seconds), report
@@ -221,8 +224,7 @@ def test_watch_resubmits_a_job_that_lost_a_node_and_it_resumes(
     minicluster: MiniCluster, slurm_tmp: Path
 ) -> None:
     checkpoints, running = slurm_tmp / "ckpt", slurm_tmp / "running"
-    driver = slurm_tmp / "driver.py"
-    driver.write_text(LOSING_DRIVER)
+    program = driver(slurm_tmp, LOSING_DRIVER)
     script = slurm_tmp / "job.sub"
     render = [
         "--nodes",
@@ -231,7 +233,7 @@ def test_watch_resubmits_a_job_that_lost_a_node_and_it_resumes(
         "--time=5",
         "--",
         "python",
-        str(driver),
+        program,
         str(checkpoints),
         str(running),
     ]
