@@ -34,8 +34,10 @@ DRIVER = (
 )
 
 
-# What Ray's client proxy answers when the server it starts for a new client exits at once.
-SERVER_FAILED = "Starting Ray client server failed"
+# What Ray's client proxy answers when the server it starts for a new client exits at once: its own
+# message, or, when the server exits between the proxy's poll() and its psutil cmdline() call
+# (ray/util/client/server/proxier.py, start_specific_server), psutil's error from that call.
+SERVER_FAILED = ("Starting Ray client server failed", "in start_specific_server")
 
 
 def probe(cluster: MiniCluster, logs: LogDir, home: Path, token: Path | None) -> dict[str, object]:
@@ -60,8 +62,10 @@ def probe(cluster: MiniCluster, logs: LogDir, home: Path, token: Path | None) ->
         return result
 
     result = knock()
-    if SERVER_FAILED in str(result["client"]):
-        warnings.warn(f"{SERVER_FAILED}; knocking once more. {client_server_logs(logs)}", stacklevel=2)
+    if any(failed in str(result["client"]) for failed in SERVER_FAILED):
+        warnings.warn(
+            f"the client server died at start; knocking once more. {client_server_logs(logs)}", stacklevel=2
+        )
         result = knock()
     return result
 
