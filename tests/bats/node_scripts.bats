@@ -640,3 +640,27 @@ time.sleep(60)' ${marker}"
   assert_output --partial "forwarded SIGUSR1 (held while no driver ran) to the driver's process group (none of its processes handled it within 3 s)"
   assert_equal "$(cat "${JOB_LOG_DIR}/${P_SIGNAL_DELIVERED}")" "SIGUSR1"
 }
+
+@test "ray start is told the CPUs and memory Slurm gave the job on the node, not the machine's" {
+  export FAKE_RAY_START_EXIT=1 SLURM_CPUS_ON_NODE=3 SLURM_MEM_PER_CPU=100
+  listening_head
+  start_node "$P_WORKER_SCRIPT"
+  wait_node
+  kill "$head_pid"
+  local mib=$((1024 * 1024))
+  run grep -c -- "--num-cpus=3 --memory=$((300 * mib - 300 * mib * 3 / 10)) --object-store-memory=$((300 * mib * 3 / 10)) " \
+    "$FAKE_RAY_LOG"
+  assert_output "2"
+}
+
+@test "with --mem=0 (the whole node) Ray sizes its memory itself" {
+  export FAKE_RAY_START_EXIT=1 SLURM_CPUS_ON_NODE=2 SLURM_MEM_PER_NODE=0
+  listening_head
+  start_node "$P_WORKER_SCRIPT"
+  wait_node
+  kill "$head_pid"
+  run grep -c -- "--num-cpus=2 " "$FAKE_RAY_LOG"
+  assert_output "2"
+  run grep -c -- "--memory=" "$FAKE_RAY_LOG"
+  assert_output "0"
+}

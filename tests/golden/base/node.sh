@@ -212,6 +212,27 @@ clean_temp_dir() {
   rm -rf -- "${TEMP_DIR:?}"/* "${TEMP_DIR:?}"/.[!.]* "${TEMP_DIR:?}"/..?*
 }
 
+# What Slurm gave this job on this node, for Ray to use instead of the whole machine's CPUs and memory
+# (Ray counts the machine: on a shared node it would place work on CPUs and memory the job does not
+# have). CPUs: --cpus-per-task when given, else SLURM_CPUS_ON_NODE (the job's CPUs here, which every
+# step sees). Memory, when the job asked for it: SLURM_MEM_PER_NODE, or SLURM_MEM_PER_CPU times the
+# CPUs, in MB (0 means the whole node: left to Ray); the object store takes 30% of it, as Ray's default
+# does of a machine's.
+allocation_args() {
+  local cpus=${SLURM_CPUS_ON_NODE:-} bytes store
+  local mb=${SLURM_MEM_PER_NODE:-}
+  ALLOCATION_ARGS=()
+  [[ $cpus =~ ^[0-9]+$ ]] && ALLOCATION_ARGS+=(--num-cpus="$cpus")
+  if [[ -z $mb && ${SLURM_MEM_PER_CPU:-} =~ ^[0-9]+$ && $cpus =~ ^[0-9]+$ ]]; then
+    mb=$((SLURM_MEM_PER_CPU * cpus))
+  fi
+  if [[ $mb =~ ^[0-9]+$ ]] && ((mb > 0)); then
+    bytes=$((mb * 1024 * 1024))
+    store=$((bytes * 3 / 10))
+    ALLOCATION_ARGS+=(--memory="$((bytes - store))" --object-store-memory="$store")
+  fi
+}
+
 run_setup() {
   local setup='source /opt/venv/bin/activate'
   [[ -z $setup ]] && return 0
@@ -228,9 +249,11 @@ start_ray() {
 # the Slurm node name, so the head can tell which nodes have joined.
 ray_node_args() {
   local ip=$1 temp=$2 gpus=$3
+  allocation_args
   # shellcheck disable=SC2034 # the head and worker scripts start Ray with it
   RAY_ARGS=(
     --node-ip-address="$ip" --node-name="$HOST" --temp-dir="$temp" --num-gpus="$gpus" --disable-usage-stats
+    ${ALLOCATION_ARGS[@]+"${ALLOCATION_ARGS[@]}"}
     --node-manager-port=8076 --object-manager-port=8077
     --metrics-export-port=8080 --runtime-env-agent-port=8268
     --dashboard-agent-listen-port=8266
