@@ -664,3 +664,22 @@ time.sleep(60)' ${marker}"
   run grep -c -- "--memory=" "$FAKE_RAY_LOG"
   assert_output "0"
 }
+
+@test "fewer GPUs from Slurm on a node than Ray is to use end the job before ray start, naming both" {
+  export SLURM_STEP_GPUS=0 CUDA_VISIBLE_DEVICES=0,1,2,3
+  start_node "$P_WORKER_SCRIPT"
+  wait_node
+  assert_failure 1
+  assert_equal "$(grep -c '^start ' "$FAKE_RAY_LOG")" 0
+  run cat "${LOG_DIR}/${P_ENDED}"
+  assert_output "worker 1 on nodeA: Ray is to use 2 GPUs here, but Slurm gave this job 1 on nodeA (GPUs '0'); check --gpus-per-node against the partition's nodes"
+}
+
+@test "a submitting shell's CUDA_VISIBLE_DEVICES is not taken for what Slurm gave" {
+  export FAKE_RAY_START_EXIT=1 CUDA_VISIBLE_DEVICES=0
+  listening_head
+  start_node "$P_WORKER_SCRIPT"
+  wait_node
+  kill "$head_pid"
+  assert_equal "$(grep -c '^start ' "$FAKE_RAY_LOG")" 2
+}

@@ -217,10 +217,20 @@ clean_temp_dir() {
 # have). CPUs: --cpus-per-task when given, else SLURM_CPUS_ON_NODE (the job's CPUs here, which every
 # step sees). Memory, when the job asked for it: SLURM_MEM_PER_NODE, or SLURM_MEM_PER_CPU times the
 # CPUs, in MB (0 means the whole node: left to Ray); the object store takes 30% of it, as Ray's default
-# does of a machine's.
+# does of a machine's. Fewer CPUs or GPUs here than Ray is to use end the job before Ray starts. GPUs
+# are counted only where Slurm says which it gave (SLURM_STEP_GPUS, SLURM_JOB_GPUS): CUDA_VISIBLE_DEVICES
+# may be the submitting shell's.
 allocation_args() {
-  local cpus=${SLURM_CPUS_ON_NODE:-} bytes store
-  local mb=${SLURM_MEM_PER_NODE:-}
+  local gpus=$1 cpus=${SLURM_CPUS_ON_NODE:-} bytes store
+  local mb=${SLURM_MEM_PER_NODE:-} given=${SLURM_STEP_GPUS-${SLURM_JOB_GPUS-}} list=()
+  if [[ ${SLURM_CPUS_ON_NODE:-} =~ ^[0-9]+$ ]] && ((SLURM_CPUS_ON_NODE < cpus)); then
+    die "Ray is to use ${cpus} CPUs here, but Slurm gave this job ${SLURM_CPUS_ON_NODE} on ${HOST}"
+  fi
+  if [[ -n ${SLURM_STEP_GPUS+set}${SLURM_JOB_GPUS+set} ]] && ((gpus > 0)); then
+    [[ -z $given ]] || IFS=, read -ra list <<<"$given"
+    ((${#list[@]} >= gpus)) || die "Ray is to use ${gpus} GPUs here, but Slurm gave this job ${#list[@]} on" \
+      "${HOST} (GPUs '${given}'); check --gpus-per-node against the partition's nodes"
+  fi
   ALLOCATION_ARGS=()
   [[ $cpus =~ ^[0-9]+$ ]] && ALLOCATION_ARGS+=(--num-cpus="$cpus")
   if [[ -z $mb && ${SLURM_MEM_PER_CPU:-} =~ ^[0-9]+$ && $cpus =~ ^[0-9]+$ ]]; then
@@ -249,7 +259,7 @@ start_ray() {
 # the Slurm node name, so the head can tell which nodes have joined.
 ray_node_args() {
   local ip=$1 temp=$2 gpus=$3
-  allocation_args
+  allocation_args "$gpus"
   # shellcheck disable=SC2034 # the head and worker scripts start Ray with it
   RAY_ARGS=(
     --node-ip-address="$ip" --node-name="$HOST" --temp-dir="$temp" --num-gpus="$gpus" --disable-usage-stats
