@@ -11,7 +11,7 @@ import jinja2
 
 from raysub import __version__, protocol, slurm
 from raysub.protocol import preflight_log
-from raysub.spec import MAX_SOCKET_PATH, RAY_SOCKET_SUFFIX, JobSpec
+from raysub.spec import MAX_SOCKET_PATH, PORT_BLOCK_SIZE, RAY_SOCKET_SUFFIX, JobSpec
 
 # The batch script and the scripts it writes into LOG_DIR, in the order they are written.
 EMBEDDED = (
@@ -186,6 +186,7 @@ def render(spec: JobSpec) -> str:
         "version": __version__,
         "socket_suffix": RAY_SOCKET_SUFFIX,
         "max_socket_path": MAX_SOCKET_PATH,
+        "block_size": PORT_BLOCK_SIZE,
         "attach_options": [*slurm.ATTACH_OPTIONS],
         "preflight_failed": preflight_log.GATE_FAILED,
         "attach_shell": [*slurm.ATTACH_SHELL],

@@ -123,6 +123,53 @@ class Ports:
             raise SpecError("--gcs-port", "two of Ray's ports are the same")
 
 
+PortsMode = Literal["block", "fixed"]
+# How many ports a job takes on each node with --ports block: Ray's single ports at the block's start,
+# then (from WORKER_PORTS_AT) the ports of its worker processes, one each: more workers than a node
+# runs at once.
+PORT_BLOCK_SIZE = 500
+WORKER_PORTS_AT = 10
+# Below Linux's default ephemeral range (32768-60999), where outgoing connections take their ports, and
+# above Ray's default worker ports (10002-19999), which a neighbour's Ray started by hand may use.
+DEFAULT_PORT_RANGE = "20000-32767"
+_PORT_RANGE = re.compile(r"(\d{1,5})-(\d{1,5})")
+
+
+@dataclass(frozen=True)
+class PortBlocks:
+    """The blocks of PORT_BLOCK_SIZE ports in ``first``..``last`` (--port-range). Each node of a job
+    takes the block its job id picks, or the next one whose ports are all free there, and gives Ray
+    the ports at fixed places in it: jobs that share nodes then never share ports."""
+
+    first: int
+    last: int
+
+    @classmethod
+    def parse(cls, text: str) -> "PortBlocks":
+        match = _PORT_RANGE.fullmatch(text.strip())
+        if match is None:
+            raise SpecError("--port-range", f"{text!r} is not FIRST-LAST, such as {DEFAULT_PORT_RANGE}")
+        blocks = cls(int(match[1]), int(match[2]))
+        if not 1024 <= blocks.first <= blocks.last <= 65535:
+            raise SpecError("--port-range", f"{text!r} is not a range of ports from 1024 to 65535")
+        if blocks.count < 1:
+            raise SpecError("--port-range", f"{text!r} holds no block of {PORT_BLOCK_SIZE} ports")
+        return blocks
+
+    @property
+    def count(self) -> int:
+        return (self.last - self.first + 1) // PORT_BLOCK_SIZE
+
+    @staticmethod
+    def offset(name: str) -> int:
+        """Where Ray's port ``name`` (a Ports field) lies in a block."""
+        if name == "min_worker":
+            return WORKER_PORTS_AT
+        if name == "max_worker":
+            return PORT_BLOCK_SIZE - 1
+        return list(Ports.__dataclass_fields__).index(name)
+
+
 @dataclass(frozen=True)
 class Sandbox:
     """A sidecar such as a code-execution server; the driver starts once its port answers."""
@@ -279,6 +326,8 @@ class JobSpec:
     ray_temp_dir: str = "/tmp/rs-%j/%n"
     ray_start_args: tuple[str, ...] = ()
     ports: Ports = field(default_factory=Ports)
+    ports_mode: PortsMode | None = None  # None: block with --no-exclusive, fixed with --exclusive
+    port_range: str = DEFAULT_PORT_RANGE
     interface: str | None = None
     dedicated_head: bool = False
     head_retries: int = 2
@@ -408,6 +457,20 @@ class JobSpec:
         return f"{file_mode_for_logs(int(self.log_mode, 8)):04o}"
 
     @property
+    def port_blocks(self) -> PortBlocks | None:
+        """With --ports block (the default on shared nodes), the blocks each node takes its ports from;
+        None with --ports fixed (the default with --exclusive), where every node uses the --*-port values."""
+        mode = self.ports_mode or ("fixed" if self.exclusive else "block")
+        return PortBlocks.parse(self.port_range) if mode == "block" else None
+
+    def port_sh(self, name: str) -> str:
+        """Ray's port ``name`` (a Ports field) in the node scripts: a number, or with --ports block an
+        arithmetic expansion on the start of the node's block, PORT_BASE, which the node sets."""
+        if self.port_blocks is None:
+            return str(getattr(self.ports, name))
+        return f"$((PORT_BASE + {PortBlocks.offset(name)}))"
+
+    @property
     def sandbox_nodes(self) -> int:
         if self.sandbox is None:
             return 0
@@ -423,7 +486,7 @@ class JobSpec:
         self._check_nul_bytes()
         self._check_interface()
         self._check_signals()
-        self.ports.check()
+        self._check_ports()
         self._check_temp_dir()
         self._check_security()
         self._check_monitor()
@@ -433,6 +496,19 @@ class JobSpec:
         if self.sandbox is not None:
             self.sandbox.check()
         return self
+
+    def _check_ports(self) -> None:
+        self.ports.check()
+        PortBlocks.parse(self.port_range)
+        if self.port_blocks is None:
+            return
+        for name, value in vars(self.ports).items():
+            if value != getattr(Ports, name):
+                raise SpecError(
+                    f"--{name.replace('_', '-')}-port",
+                    "sets a fixed port, but this job takes a block of ports on each node (--ports block, "
+                    "the default with --no-exclusive); add --ports fixed",
+                )
 
     def _check_header(self) -> None:
         """The values written on '#SBATCH' lines, which sbatch (not bash) reads."""

@@ -13,7 +13,7 @@ from raysub import plan as planning
 from raysub.cli.options import F, json_option, option, size_options, spec_option
 from raysub.profiles import ProfileError, load_profile
 from raysub.protocol import AuthMode, PreflightMode
-from raysub.spec import Ports, Sandbox, SandboxNodes, SpecError, spec_from_options
+from raysub.spec import PORT_BLOCK_SIZE, Ports, PortsMode, Sandbox, SandboxNodes, SpecError, spec_from_options
 
 SANDBOX_DEFAULT = {f.name: f.default for f in fields(Sandbox)}
 
@@ -22,9 +22,13 @@ def port_options(func: F) -> F:
     """One --<name>-port option per Ray port."""
     for name, field in reversed(Ports.__dataclass_fields__.items()):
         flag = f"--{name.replace('_', '-')}-port"
-        func = option(flag, type=int, default=field.default, show_default=True, help=f"Ray's {name} port.")(
-            func
-        )
+        func = option(
+            flag,
+            type=int,
+            default=field.default,
+            show_default=True,
+            help=f"Ray's {name} port (--ports fixed).",
+        )(func)
     return func
 
 
@@ -96,6 +100,22 @@ def apply_profile(ctx: click.Context, name: str | None) -> None:
     "ray_start_args",
     multiple=True,
     help="Extra 'ray start' option (repeatable); not one raysub sets, such as --temp-dir or --port.",
+)
+@option(
+    "--ports",
+    "ports_mode",
+    type=click.Choice(get_args(PortsMode)),
+    help="block (the default with --no-exclusive): each node takes a block of "
+    f"{PORT_BLOCK_SIZE} ports from --port-range for this job, picked by its job id, checked free there and "
+    "moved on when taken, so jobs that share nodes never collide; fixed (the default with --exclusive): "
+    "the --*-port values on every node.",
+)
+@spec_option(
+    "--port-range",
+    metavar="FIRST-LAST",
+    show_default=True,
+    help="Where --ports block takes its blocks; keep it below the nodes' ephemeral ports "
+    "(/proc/sys/net/ipv4/ip_local_port_range).",
 )
 @port_options
 @option(

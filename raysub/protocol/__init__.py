@@ -205,6 +205,8 @@ PRIVATE_DIR_MODE = 0o700
 # Where a node's Ray temp dir could not be made the job's own (it existed, owned by someone else), the
 # node uses a fresh private one and says so in the timeline; detail: the path it did not use.
 PHASE_TEMP_DIR_REPLACED = "temp_dir_replaced"
+# With --ports block, the block of Ray's ports each node took (every start); detail: "<first>-<last>".
+PHASE_RAY_PORTS = "ray_ports"
 
 # Logs.
 HEAD_LOG = "ray-head.log"

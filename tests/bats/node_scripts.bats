@@ -17,6 +17,7 @@ teardown() {
   # Anything a test left running: its node script and the fake Ray under it, a listening head.
   if [[ -n ${node_pid:-} ]]; then kill "$node_pid" 2>/dev/null || true; fi
   if [[ -n ${head_pid:-} ]]; then kill "$head_pid" 2>/dev/null || true; fi
+  if [[ -n ${busy_pid:-} ]]; then kill "$busy_pid" 2>/dev/null || true; fi
   # A batch script (start_batch) and its head stand-in.
   if [[ -n ${batch_pid:-} ]]; then
     # shellcheck disable=SC2046 # one PID per word
@@ -119,6 +120,31 @@ time.sleep(60)' "$port_file" 3>&- &
   run grep -c "\"phase\": \"${P_PHASE_NODE_FAILED}\", \"node\": \"nodeA\", \"detail\": \"nodeA: Ray did not stay up" \
     "${LOG_DIR}/${P_TIMELINE}"
   assert_output "1"
+}
+
+@test "on shared nodes a worker takes the next block of ports when one of its job's is in use, at every start" {
+  render_node_scripts --nodes 2 --gpus-per-node 0 --interface lo --ray-temp-dir '/tmp/rb%j/%n' --no-exclusive \
+    --worker-retries 1 --no-monitor -- true
+  local picked=$((SLURM_JOB_ID % 25)) next
+  next=$((20000 + (picked + 1) % 25 * 500))
+  # Another job's socket in the middle of the block this job id picks (of 25 in 20000-32767).
+  python3 -c 'import socket, sys, time
+s = socket.create_server(("127.0.0.1", int(sys.argv[1])))
+open(sys.argv[2], "w").close()
+time.sleep(60)' "$((20000 + picked * 500 + 250))" "${BATS_TEST_TMPDIR}/busy" 3>&- &
+  busy_pid=$!
+  wait_file "${BATS_TEST_TMPDIR}/busy" 10
+  export FAKE_RAY_START_EXIT=1
+  listening_head
+  start_node "$P_WORKER_SCRIPT"
+  wait_node
+  assert_failure 1
+  run grep -c -- "--node-manager-port=$((next + 6)) .*--min-worker-port=$((next + 10)) --max-worker-port=$((next + 499))" \
+    "$FAKE_RAY_LOG"
+  assert_output "2"
+  run grep -c "\"phase\": \"${P_PHASE_RAY_PORTS}\", \"node\": \"nodeA\", \"detail\": \"${next}-$((next + 499))\"" \
+    "${LOG_DIR}/${P_TIMELINE}"
+  assert_output "2"
 }
 
 @test "a worker that cannot reach the head either names no node as failed" {

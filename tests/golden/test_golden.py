@@ -55,6 +55,7 @@ OPTIONS = {
         gpus_per_node=0,
         sandbox=Sandbox(command="python -m sandbox_server --port 8500", port=8500, nodes="all"),
     ),
+    "shared": dataclasses.replace(BASE, exclusive=False, cpus_per_task=16),
     "restarts": dataclasses.replace(
         BASE, driver_restarts=2, checkpoint_dir="/lustre/ckpt/run7", requeue=True, signal_before=300
     ),

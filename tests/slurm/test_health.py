@@ -13,7 +13,15 @@ import pytest
 from raysub import protocol
 from raysub.render import CHECKPOINT_PLACEHOLDER
 from tests.support.minicluster import MiniCluster
-from tests.support.raysub_jobs import assert_clean, job_report, run_job, submit, wait_for
+from tests.support.raysub_jobs import (
+    assert_clean,
+    driver,
+    job_report,
+    run_job,
+    submit,
+    wait_for,
+    wait_for_output,
+)
 
 pytestmark = pytest.mark.slurm
 
@@ -75,22 +83,6 @@ HANGING_DRIVER = textwrap.dedent(
         time.sleep(3600)
     """
 )
-
-
-def driver(workdir: Path, source: str) -> str:
-    """The path of a driver program with ``source``, written into ``workdir``."""
-    path = workdir / "driver.py"
-    path.write_text(source)
-    return str(path)
-
-
-def wait_for_output(cluster: MiniCluster, workdir: Path, job_id: int, text: str) -> None:
-    """Until the job's driver log has ``text`` (two minutes at most)."""
-    logs = protocol.LogDir.of(workdir, job_id)
-    deadline = time.monotonic() + 120
-    while text not in (logs.driver_log.read_text() if logs.driver_log.exists() else ""):
-        assert time.monotonic() < deadline, job_report(cluster, workdir, job_id)
-        time.sleep(0.5)
 
 
 def health(cluster: MiniCluster, logs: protocol.LogDir, *options: str) -> tuple[int, dict[str, object]]:

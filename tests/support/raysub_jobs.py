@@ -57,3 +57,19 @@ def assert_clean(cluster: MiniCluster, job_id: int) -> None:
     assert left == [], left
     job_temp = Path(JobSpec(nodes=1).ray_temp_dir.replace("%j", str(job_id))).parent
     assert not job_temp.exists(), "the per-node Ray temp dirs were not removed"
+
+
+def driver(workdir: Path, source: str) -> str:
+    """The path of a driver program with ``source``, written into ``workdir``."""
+    path = workdir / "driver.py"
+    path.write_text(source)
+    return str(path)
+
+
+def wait_for_output(cluster: MiniCluster, workdir: Path, job_id: int, text: str) -> None:
+    """Until the job's driver log has ``text`` (two minutes at most)."""
+    logs = LogDir.of(workdir, job_id)
+    deadline = time.monotonic() + 120
+    while text not in (logs.driver_log.read_text() if logs.driver_log.exists() else ""):
+        assert time.monotonic() < deadline, job_report(cluster, workdir, job_id)
+        time.sleep(0.5)

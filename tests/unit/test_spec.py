@@ -14,8 +14,12 @@ from raysub.protocol import AuthMode
 from raysub.render import render
 from raysub.spec import (
     BOUNDS,
+    PORT_BLOCK_SIZE,
     Bound,
     JobSpec,
+    PortBlocks,
+    Ports,
+    PortsMode,
     Sandbox,
     SandboxNodes,
     SpecError,
@@ -245,3 +249,30 @@ def test_sandbox_from_options_refuses_other_node_choices() -> None:
     with pytest.raises(SpecError) as caught:
         sandbox_from_options("serve", 8500, None, "2", 300)
     assert str(caught.value) == "--sandbox-nodes: must be 'all' or '1', not '2'"
+
+
+@pytest.mark.parametrize(
+    ("exclusive", "mode", "blocks"),
+    [(True, None, False), (False, None, True), (True, "block", True), (False, "fixed", False)],
+)
+def test_jobs_on_shared_nodes_take_blocks_of_ports_and_whole_nodes_keep_fixed_ones(
+    exclusive: bool, mode: PortsMode | None, blocks: bool
+) -> None:
+    spec = JobSpec(nodes=2, exclusive=exclusive, ports_mode=mode).check()
+    assert (spec.port_blocks is not None) == blocks
+    if blocks:
+        # Every port at its own place in the block, the worker ports after the single ones, to its end.
+        places = [spec.port_sh(name) for name in Ports.__dataclass_fields__]
+        assert len(set(places)) == len(places)
+        assert spec.port_sh("gcs") == "$((PORT_BASE + 0))"
+        assert spec.port_sh("max_worker") == f"$((PORT_BASE + {PORT_BLOCK_SIZE - 1}))"
+    else:
+        assert spec.port_sh("gcs") == "6379"
+
+
+def test_a_port_range_holds_whole_blocks_only() -> None:
+    blocks = PortBlocks.parse("20000-21499")
+    assert (blocks.first, blocks.count) == (20000, 3)
+    assert PortBlocks.parse(" 20000-20499 ").count == 1
+    single = [PortBlocks.offset(name) for name in Ports.__dataclass_fields__ if "worker" not in name]
+    assert max(single) < PortBlocks.offset("min_worker") < PortBlocks.offset("max_worker") < PORT_BLOCK_SIZE

@@ -209,8 +209,6 @@ temp=$TEMP_DIR
 ip=$(node_ip)
 address="${ip}:${GCS_PORT}"
 ray_node_args "$ip" "$temp" 8
-# The dashboard (and its Jobs API) listens on the head's cluster address, not on every interface.
-DASHBOARD_ARGS=(--dashboard-host="$ip" --dashboard-port=8265)
 HEAD_ADDRESS_FILE="${temp}/raysub_head_address"
 ready=0
 for ((attempt = 0; attempt <= 2; attempt++)); do
@@ -218,6 +216,8 @@ for ((attempt = 0; attempt <= 2; attempt++)); do
   run_setup
   ((attempt > 0)) || preflight_gate 8
   clean_temp_dir
+  # The dashboard (and its Jobs API) listens on the head's cluster address, not on every interface.
+  DASHBOARD_ARGS=(--dashboard-host="$ip" --dashboard-port=8265)
   # Once, after --setup: that may be what puts Ray's Python on PATH (sbatch --export=NONE and a venv).
   if ((attempt == 0)); then count_units "$HEAD_ADDRESS_FILE" & fi
   start_ray --head --port="$GCS_PORT" --ray-client-server-port=8001 \

@@ -1,0 +1,119 @@
+"""Jobs that share nodes (issue 25, item 1): on the minicluster's shared partition, 2-node --no-exclusive
+jobs on the same two nodes run at once, each on its own block of ports, each driver in its own cluster even
+when the submitting shell's RAY_ADDRESS names the other's, and neither ending nor cancelling one touches the
+other."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from raysub import protocol
+from tests.support.minicluster import MiniCluster
+from tests.support.raysub_jobs import assert_clean, driver, job_report, submit, wait_for_output
+
+pytestmark = pytest.mark.slurm
+
+# Says which cluster it reached and which nodes that cluster has, waits for the file argv[1], then runs a
+# task on every node and says so again.
+DRIVER = """
+import json, os, sys, time
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+ray.init()
+
+def cluster(word):
+    nodes = [n for n in ray.nodes() if n["Alive"]]
+    said = {"gcs": ray.get_runtime_context().gcs_address, "nodes": sorted(n["NodeName"] for n in nodes)}
+    print(word, json.dumps(said), flush=True)
+    return nodes
+
+cluster("before")
+while not os.path.exists(sys.argv[1]):
+    time.sleep(0.2)
+
+@ray.remote(num_cpus=0)
+def where():
+    return ray.get_runtime_context().get_node_id()
+
+nodes = cluster("after")
+done = ray.get([
+    where.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote()
+    for n in nodes
+])
+assert sorted(done) == sorted(n["NodeID"] for n in nodes), done
+print("tasks ran on every node", flush=True)
+"""
+
+
+def said(logs: protocol.LogDir, word: str) -> dict[str, object]:
+    [line] = [line for line in logs.driver_log.read_text().splitlines() if line.startswith(f"{word} ")]
+    result: dict[str, object] = json.loads(line.removeprefix(f"{word} "))
+    return result
+
+
+def port_blocks(logs: protocol.LogDir) -> set[str]:
+    return {entry.detail for entry in logs.timeline() if entry.phase == protocol.PHASE_RAY_PORTS}
+
+
+def state(cluster: MiniCluster, job_id: int) -> str:
+    return cluster.run("squeue", "-h", "-j", str(job_id), "-o", "%T", check=False).stdout.strip()
+
+
+def test_two_jobs_on_the_same_two_nodes_each_reach_only_their_own_cluster(
+    minicluster: MiniCluster, slurm_tmp: Path
+) -> None:
+    jobs: dict[str, tuple[int, protocol.LogDir]] = {}
+    nodes = ""
+
+    def start(name: str, *sbatch: str) -> tuple[int, protocol.LogDir]:
+        workdir = slurm_tmp / name
+        workdir.mkdir(mode=0o755)
+        render = ["--nodes", "2", "--gpus-per-node", "0", "--no-exclusive", "--"]
+        render += ["python", driver(workdir, DRIVER), str(workdir / "go")]
+        placed = [f"--nodelist={nodes}"] if nodes else []
+        job_id, logs = submit(
+            minicluster, workdir, render, "--partition=shared", "-c", "1", "--mem=500", *placed, *sbatch
+        )
+        wait_for_output(minicluster, workdir, job_id, "before ")
+        jobs[name] = (job_id, logs)
+        return job_id, logs
+
+    def release(name: str) -> None:
+        (slurm_tmp / name / "go").touch()
+
+    first, first_logs = start("first")
+    nodes = minicluster.run("squeue", "-h", "-j", str(first), "-o", "%N").stdout.strip()
+    first_address = first_logs.started_ray_head.read_text().strip()
+    # The submitting shell points Ray at the first job's cluster, as a stray RAY_ADDRESS does.
+    second, second_logs = start("second", f"--export=ALL,RAY_ADDRESS={first_address}")
+    assert (state(minicluster, first), state(minicluster, second)) == ("RUNNING", "RUNNING")
+    for job_id, logs in jobs.values():
+        seen = said(logs, "before")
+        assert seen["gcs"] == logs.started_ray_head.read_text().strip(), job_report(
+            minicluster, slurm_tmp, job_id
+        )
+        assert seen["nodes"] == minicluster.run("scontrol", "show", "hostnames", nodes).stdout.split()
+    assert len(port_blocks(first_logs)) == 1 and port_blocks(first_logs) != port_blocks(second_logs)
+
+    release("first")
+    result = minicluster.wait(first)
+    assert (result.state, result.exit_code) == ("COMPLETED", 0), job_report(
+        minicluster, slurm_tmp / "first", first
+    )
+    # A third job takes the first one's place, and is cancelled while the second runs.
+    third, _ = start("third")
+    minicluster.run("scancel", str(third))
+    assert minicluster.wait(third).state == "CANCELLED"
+    assert state(minicluster, second) == "RUNNING"
+
+    release("second")
+    result = minicluster.wait(second)
+    assert (result.state, result.exit_code) == ("COMPLETED", 0), job_report(
+        minicluster, slurm_tmp / "second", second
+    )
+    assert said(second_logs, "after") == said(second_logs, "before")
+    assert "tasks ran on every node" in second_logs.driver_log.read_text()
+    for job_id in (first, second, third):
+        assert_clean(minicluster, job_id)
