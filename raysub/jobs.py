@@ -13,7 +13,9 @@ from pathlib import Path
 from raysub import protocol, slurm
 from raysub.protocol import LogDir
 
-_ATTEMPT_DIR = re.compile(rf"(?P<job>\d+)(?:-(?P<restart>\d+))?{re.escape(protocol.LOG_DIR_SUFFIX)}")
+_ATTEMPT_DIR = re.compile(
+    rf"(?P<job>{protocol.JOB_ID.pattern})(?:-(?P<restart>\d+))?{re.escape(protocol.LOG_DIR_SUFFIX)}"
+)
 
 
 class JobNotFound(LookupError):
@@ -56,13 +58,35 @@ def _pick(found: list[Job], attempt: int | None, where: Path) -> Job:
     raise JobNotFound(f"job {found[0].job_id} has no attempt {attempt} under {where} (has {have})")
 
 
+def _names(entry_id: str, job_id: str) -> bool:
+    """A job index line or LOG_DIR of ``entry_id`` belongs to ``job_id``: the job itself, or a task of it
+    when ``job_id`` is an array job's."""
+    return entry_id == job_id or entry_id.startswith(f"{job_id}_")
+
+
 def indexed_dir(entries: list[protocol.IndexEntry], job_id: str) -> Path | None:
-    """The LOG_DIR of the job index's newest line for ``job_id`` whose directory still exists: a later line
-    wins, since Slurm reuses job ids (after a wrap-around, or on another cluster sharing the home)."""
+    """The LOG_DIR of the job index's newest line for ``job_id`` (or a task of it) whose directory still
+    exists: a later line wins, since Slurm reuses job ids (after a wrap-around, or on another cluster
+    sharing the home)."""
     for entry in reversed(entries):
-        if entry.job_id == job_id and entry.log_dir.is_dir():
+        if _names(entry.job_id, job_id) and entry.log_dir.is_dir():
             return entry.log_dir
     return None
+
+
+def array_tasks(base: Path, job_id: str) -> list[Job]:
+    """The newest attempt of every task of array job ``job_id`` under ``base`` (<job_id>_<task>-logs), in
+    task order."""
+    found = [
+        Job.from_dir(p)
+        for p in base.glob(f"{job_id}_*{protocol.LOG_DIR_SUFFIX}")
+        if _ATTEMPT_DIR.fullmatch(p.name)
+    ]
+    newest: dict[str, Job] = {}
+    for job in sorted(found, key=lambda j: j.attempt):
+        if job.job_id.partition("_")[0] == job_id:
+            newest[job.job_id] = job
+    return sorted(newest.values(), key=lambda j: int(j.job_id.partition("_")[2]))
 
 
 def _places(job_id: str, base: Path | None, index: Path) -> Iterator[tuple[Path | None, str]]:
@@ -84,7 +108,7 @@ def _places(job_id: str, base: Path | None, index: Path) -> Iterator[tuple[Path 
         found = indexed_dir(entries, job_id)
         if found is not None:
             yield found.parent, f"under {found.parent} (the job index {index})"
-        elif any(e.job_id == job_id for e in entries):
+        elif any(_names(e.job_id, job_id) for e in entries):
             yield None, f"the job index {index} lists job {job_id} only in directories that are gone"
         else:
             yield None, f"the job index {index} has no job {job_id}"
@@ -101,6 +125,15 @@ def _places(job_id: str, base: Path | None, index: Path) -> Iterator[tuple[Path 
 def find_by_id(job_id: str, base: Path | None, attempt: int | None, index: Path | None = None) -> Job:
     """Attempt ``attempt`` (default: the newest) of ``job_id``, from the first place that has the job;
     JobNotFound lists every place looked."""
+    [job] = find_all_by_id(job_id, base, attempt, index, tasks=False)
+    return job
+
+
+def find_all_by_id(
+    job_id: str, base: Path | None, attempt: int | None, index: Path | None = None, tasks: bool = True
+) -> list[Job]:
+    """[the job ``job_id``] as find_by_id finds it; or, with ``tasks``, for an array job's id, each of its
+    tasks (the newest attempt of each), from the first place that has any."""
     index = protocol.job_index_path() if index is None else index
     looked: list[str] = []
     seen: set[Path] = set()
@@ -114,8 +147,18 @@ def find_by_id(job_id: str, base: Path | None, attempt: int | None, index: Path 
         looked.append(what)
         found = attempts(place, job_id)
         if found:
-            return _pick(found, attempt, place)
+            return [_pick(found, attempt, place)]
+        every = array_tasks(place, job_id) if tasks and "_" not in job_id else []
+        if every:
+            return every
     raise JobNotFound(f"no log directory of job {job_id}: looked {'; '.join(looked)}")
+
+
+def resolve_all(ref: str | None, base: Path | None, attempt: int | None = None) -> list[Job]:
+    """[the job ``ref`` names] as resolve finds it, or every task of an array job when ``ref`` is its id."""
+    if ref is not None and protocol.JOB_ID.fullmatch(ref):
+        return find_all_by_id(ref, base, attempt)
+    return [resolve(ref, base, attempt)]
 
 
 def resolve(ref: str | None, base: Path | None, attempt: int | None = None, index: Path | None = None) -> Job:
@@ -134,7 +177,7 @@ def resolve(ref: str | None, base: Path | None, attempt: int | None = None, inde
                 raise JobNotFound(f"no raysub job under {where}; give a job id or a log directory")
             newest = Job.from_dir(max(dirs, key=lambda p: p.stat().st_mtime))
         return _pick(attempts(where, newest.job_id), attempt, where)
-    if not ref.isdigit():
+    if not protocol.JOB_ID.fullmatch(ref):
         job = Job.from_dir(Path(ref))
         if attempt is None:
             return job

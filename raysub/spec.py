@@ -21,6 +21,8 @@ TEMP_DIR_PLACEHOLDERS = {"%j": 10, "%n": 20}
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _SLURM_WORD = re.compile(r"[^\s#'\"\\]+")
+# sbatch --array: indexes (N, N-M, N-M:STEP) separated by commas, and at most %K tasks at once.
+_ARRAY = re.compile(r"\d+(-\d+(:\d+)?)?(,\d+(-\d+(:\d+)?)?)*(%\d+)?")
 _SLURM_TIME = re.compile(r"(\d+-)?\d+(:\d+){0,2}|\d+-\d+|UNLIMITED|INFINITE", re.IGNORECASE)
 FORWARDABLE_SIGNALS = ("USR1", "USR2", "INT", "HUP", "QUIT")
 _INTERFACE = re.compile(r"[A-Za-z0-9_.:@-]{1,15}")
@@ -73,6 +75,8 @@ SBATCH_OWNED: dict[str, str | None] = {
     "-A": "--account",
     "--time": "--time",
     "-t": "--time",
+    "--array": "--array",
+    "-a": "--array",
     "--requeue": "--requeue/--no-requeue",
     "--no-requeue": "--requeue/--no-requeue",
     "--signal": "--signal-before and --forward-signal",
@@ -326,6 +330,7 @@ class JobSpec:
     ray_temp_dir: str = "/tmp/rs-%j/%n"
     ray_start_args: tuple[str, ...] = ()
     ports: Ports = field(default_factory=Ports)
+    array: str | None = None  # sbatch --array: one Ray cluster per task
     ports_mode: PortsMode | None = None  # None: block with --no-exclusive, fixed with --exclusive
     port_range: str = DEFAULT_PORT_RANGE
     interface: str | None = None
@@ -512,6 +517,10 @@ class JobSpec:
 
     def _check_header(self) -> None:
         """The values written on '#SBATCH' lines, which sbatch (not bash) reads."""
+        if self.array is not None and not _ARRAY.fullmatch(self.array):
+            raise SpecError(
+                "--array", f"{self.array!r} is not sbatch's array syntax, such as 0-7, 1,3,5 or 0-15%4"
+            )
         for option, value in (("--partition", self.partition), ("--account", self.account)):
             if value is not None and not _SLURM_WORD.fullmatch(value):
                 raise SpecError(option, f"{value!r} is not a Slurm name (no spaces, quotes or '#')")

@@ -101,6 +101,11 @@ class Status:
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
 
+    @staticmethod
+    def list_json(statuses: list["Status"]) -> str:
+        """The statuses of an array job's tasks, as a JSON list of what to_json prints for each."""
+        return json.dumps([asdict(status) for status in statuses], indent=2)
+
     def describe(self) -> str:
         """A few lines for a person."""
         lines = [

@@ -76,6 +76,13 @@ def apply_profile(ctx: click.Context, name: str | None) -> None:
 @spec_option("--job-name", "-J", help="Slurm job name.")
 @spec_option("--exclusive/--no-exclusive", help="Whole nodes for the job.")
 @option(
+    "--array",
+    metavar="SPEC",
+    help="An array job (sbatch --array syntax: 0-7, 1,3,5, 0-15%4): every task its own Ray cluster on its "
+    "own nodes, with its own LOG_DIR (<array job id>_<task id>-logs; SLURM_ARRAY_TASK_ID tells the driver "
+    "which task it is). raysub status ID lists the tasks; ID_TASK names one.",
+)
+@option(
     "--sbatch-arg",
     "sbatch_args",
     multiple=True,

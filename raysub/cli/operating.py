@@ -5,7 +5,7 @@ from pathlib import Path
 
 import click
 
-from raysub.cli.options import find_job, follow_option, job_options, json_option, redraw_interval
+from raysub.cli.options import find_job, find_jobs, follow_option, job_options, json_option, redraw_interval
 
 
 def deprecated_watch(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
@@ -33,18 +33,30 @@ def status(
     """Show where JOB stands: Slurm's state, the bring-up phase, who joined, what is missing, why it ended.
 
     JOB is a job id (found from any directory: see --log-dir), a log directory, or nothing for the most
-    recent job under --log-dir. Each refresh asks Slurm once (squeue, then scontrol or sacct) and never
-    runs srun.
+    recent job under --log-dir. An array job's id (sbatch --array) shows each of its tasks, one after
+    another (with --json, a list); ID_TASK names one task. Each refresh asks Slurm once (squeue,
+    then scontrol or sacct) and never runs srun.
 
     \b
     Example:
       raysub status 4711 --json
-      raysub status --follow
+      raysub status 4712_3 --follow
     """
     from raysub import status as job_status
 
     follow = follow or watch
-    for current in job_status.follow(find_job(job, base, attempt), interval, once=not follow):
+    found = find_jobs(job, base, attempt)
+    if len(found) > 1:
+        if follow:
+            raise click.UsageError(
+                f"job {job} is an array of {len(found)} tasks; follow one: {found[0].job_id}"
+            )
+        tasks = [next(job_status.follow(task, interval, once=True)) for task in found]
+        click.echo(
+            job_status.Status.list_json(tasks) if as_json else "\n\n".join(t.describe() for t in tasks)
+        )
+        return
+    for current in job_status.follow(found[0], interval, once=not follow):
         if as_json:
             click.echo(current.to_json())
             continue

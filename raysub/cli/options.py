@@ -94,6 +94,16 @@ def find_job(job: str | None, base: Path | None, attempt: int | None) -> "Job":
         raise click.UsageError(str(error)) from error
 
 
+def find_jobs(job: str | None, base: Path | None, attempt: int | None) -> list["Job"]:
+    """As find_job, or every task of the array job JOB names."""
+    from raysub.jobs import JobNotFound, resolve_all
+
+    try:
+        return resolve_all(job, base, attempt)
+    except JobNotFound as error:
+        raise click.UsageError(str(error)) from error
+
+
 def follow_option(help_text: str) -> Callable[[F], F]:
     """--follow (-f): keep going until the job ends, rather than answer once."""
     return click.option("--follow", "-f", is_flag=True, help=help_text)

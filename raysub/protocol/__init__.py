@@ -19,6 +19,7 @@ import fcntl
 import json
 import os
 import pwd
+import re
 import socket
 import stat
 import sys
@@ -30,6 +31,9 @@ from typing import IO, Literal
 
 # Per-attempt directory: <base>/<jobid>-logs, or <base>/<jobid>-<restart count>-logs after a requeue.
 LOG_DIR_SUFFIX = "-logs"
+# A job id as Slurm writes it: a number, or for a task of an array job (sbatch --array) the array's id
+# and the task's, <array job id>_<task id>. It names the job's LOG_DIR and its lines in the job index.
+JOB_ID = re.compile(r"[0-9]+(?:_[0-9]+)?")
 
 # Signal files, each written once and atomically (temp file + rename) unless said otherwise.
 CANARY = "raysub_canary"  # batch script: a token every node must read back (shared-filesystem check)
@@ -616,7 +620,12 @@ def read_job_index(path: Path) -> list[IndexEntry]:
         if len(fields) < 4:
             continue
         job_id, restart, started, log_dir = fields[0], fields[1], fields[-1], b"\t".join(fields[2:-1])
-        if job_id.isdigit() and restart.isdigit() and started.isdigit() and log_dir.startswith(b"/"):
+        if (
+            JOB_ID.fullmatch(job_id.decode("ascii", "replace"))
+            and restart.isdigit()
+            and started.isdigit()
+            and log_dir.startswith(b"/")
+        ):
             path = Path(os.fsdecode(log_dir))
             entries.append(IndexEntry(job_id.decode(), int(restart), path, int(started)))
     return entries

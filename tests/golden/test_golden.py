@@ -56,6 +56,7 @@ OPTIONS = {
         sandbox=Sandbox(command="python -m sandbox_server --port 8500", port=8500, nodes="all"),
     ),
     "shared": dataclasses.replace(BASE, exclusive=False, cpus_per_task=16),
+    "array": dataclasses.replace(BASE, array="0-3%2"),
     "restarts": dataclasses.replace(
         BASE, driver_restarts=2, checkpoint_dir="/lustre/ckpt/run7", requeue=True, signal_before=300
     ),

@@ -18,7 +18,7 @@ NETNS_PREFIX = "rsmc-node"
 
 @dataclass(frozen=True)
 class JobResult:
-    job_id: int
+    job_id: int | str
     state: str
     exit_code: int
     signal: int
@@ -98,11 +98,11 @@ class MiniCluster:
         ).stdout
         return int(out.strip().split(";")[0])
 
-    def is_queued(self, job_id: int) -> bool:
+    def is_queued(self, job_id: int | str) -> bool:
         """True while squeue lists the job in any state, COMPLETING included."""
         return bool(self.run("squeue", "-h", "-j", str(job_id), check=False).stdout.strip())
 
-    def wait(self, job_id: int, timeout: float = 180) -> JobResult:
+    def wait(self, job_id: int | str, timeout: float = 180) -> JobResult:
         """Wait until the job has left squeue, then read its final state; fail after ``timeout`` seconds."""
         deadline = time.monotonic() + timeout
         delay = 0.1
@@ -114,7 +114,7 @@ class MiniCluster:
             delay = min(delay * 1.5, 1.0)
         return self.job(job_id)
 
-    def job(self, job_id: int) -> JobResult:
+    def job(self, job_id: int | str) -> JobResult:
         text = self.run("scontrol", "-o", "show", "job", str(job_id)).stdout
         state = re.search(r"\bJobState=(\S+)", text)
         code = re.search(r"\bExitCode=(\d+):(\d+)", text)
@@ -122,7 +122,7 @@ class MiniCluster:
             raise ValueError(f"cannot read JobState/ExitCode of job {job_id}: {text!r}")
         return JobResult(job_id, state.group(1), int(code.group(1)), int(code.group(2)))
 
-    def steps(self, job_id: int) -> int:
+    def steps(self, job_id: int | str) -> int:
         return int(self.script("steps", str(job_id)).stdout.strip())
 
     def netns(self) -> list[str]:

@@ -25,11 +25,11 @@ def run_job(cluster: MiniCluster, workdir: Path, render_args: list[str]) -> tupl
     return cluster.wait(job_id), logs
 
 
-def batch_output(workdir: Path, job_id: int) -> str:
+def batch_output(workdir: Path, job_id: int | str) -> str:
     return (workdir / f"slurm-{job_id}.out").read_text()
 
 
-def job_report(cluster: MiniCluster, workdir: Path, job_id: int) -> str:
+def job_report(cluster: MiniCluster, workdir: Path, job_id: int | str) -> str:
     """Everything that explains how a job ended: for assertion messages of tests that expect success."""
     parts = [f"--- slurm-{job_id}.out\n{batch_output(workdir, job_id)}"]
     parts.append(cluster.run("scontrol", "-o", "show", "job", str(job_id), check=False).stdout)
@@ -51,7 +51,7 @@ def wait_for(path: Path, timeout: float = 90) -> None:
         time.sleep(0.1)
 
 
-def assert_clean(cluster: MiniCluster, job_id: int) -> None:
+def assert_clean(cluster: MiniCluster, job_id: int | str) -> None:
     """Nothing of the job runs on any node, and its per-node Ray temp dirs are gone."""
     left = cluster.wait_no_leftovers()
     assert left == [], left

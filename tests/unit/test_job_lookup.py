@@ -275,3 +275,28 @@ def test_a_drivers_environment_does_not_steer_the_lookup(
     rendered = raysub_cli("render", "--nodes", "1", "--", "true")
     assert rendered.code == 0, rendered.stderr
     assert str(running) not in rendered.stdout
+
+
+@pytest.mark.usefixtures("no_slurm")
+def test_an_array_jobs_id_lists_its_tasks_and_id_task_names_one(
+    raysub_cli: RunCli, tmp_path: Path, elsewhere: Path, job_index: Path
+) -> None:
+    runs = tmp_path / "sweep"
+    tasks = [write_attempt(runs, f"900_{task}-logs", driver_done=True, joined=["node2"]) for task in (10, 2)]
+    requeued = write_attempt(runs, "900_2-1-logs", driver_done=False, joined=["node2"])
+    write_attempt(runs, "9001-logs", driver_done=True, joined=["node2"])  # another job, not a task of 900
+    for log_dir in (*tasks, requeued):
+        index(job_index, log_dir)
+    # From anywhere, through the job index: each task once (its newest attempt), in task order.
+    result = raysub_cli("status", "--json", "900")
+    assert result.code == 0, result.stderr
+    shown = [task["log_dir"] for task in json.loads(result.stdout)]
+    assert shown == [str(requeued), str(tasks[0])]
+    assert status_of(raysub_cli, "900_10")["log_dir"] == str(tasks[0])
+    assert status_of(raysub_cli, "900_2", "--attempt", "0")["log_dir"] == str(tasks[1])
+    assert status_of(raysub_cli, str(tasks[0]))["log_dir"] == str(tasks[0])
+    follow = raysub_cli("status", "--follow", "900")
+    assert follow.code == 2 and "follow one: 900_2" in follow.stderr, follow.stderr
+    # A task of another array, and a task that never ran, are not found.
+    assert raysub_cli("status", "90_2").code == 2
+    assert raysub_cli("status", "900_3").code == 2
