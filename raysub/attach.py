@@ -34,4 +34,10 @@ def command(job: Job, node: str | None, worker: int | None, argv: list[str]) -> 
     the head node the head's own (running) container; elsewhere a new one from the job's image."""
     target = target_node(job, node, worker)
     on_head = any(e.role == protocol.ROLE_HEAD and e.node == target for e in job.logs.node_map())
-    return attach_command(job.job_id, target, job.logs.container_args(head=on_head), argv)
+    found = job.logs.attach_env()
+    if found is None:
+        raise JobNotFound(
+            f"job {job.job_id} has no {job.logs.file(protocol.ATTACH_ENV)} yet: it has not started"
+        )
+    options = [*found.het_group(on_head), *job.logs.container_args(head=on_head)]
+    return attach_command(found.slurm_job_id, target, options, argv)

@@ -190,7 +190,6 @@ def render(spec: JobSpec) -> str:
         "attach_options": [*slurm.ATTACH_OPTIONS],
         "preflight_failed": preflight_log.GATE_FAILED,
         "attach_shell": [*slurm.ATTACH_SHELL],
-        "srun_args": [f"--cpus-per-task={spec.cpus_per_task}"] if spec.cpus_per_task else [],
         "worker_log_pattern": protocol.worker_log_pattern(spec.workers),
         "sandbox_log_pattern": protocol.sandbox_log_pattern(),
         "private_file_mode": f"{protocol.PRIVATE_FILE_MODE:04o}",

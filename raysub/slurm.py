@@ -249,13 +249,13 @@ ATTACH_OPTIONS = ("--overlap", "--nodes=1", "--ntasks=1", "--pty")
 ATTACH_SHELL = ("bash", "-l")
 
 
-def attach_command(job_id: str, node: str, container: list[str], command: list[str]) -> list[str]:
-    """srun onto ``node`` of a running job, in the container ``container`` describes, if any."""
+def attach_command(job_id: str, node: str, options: list[str], command: list[str]) -> list[str]:
+    """srun onto ``node`` of a running job, with ``options`` (its component, its container)."""
     return [
         "srun",
         *ATTACH_OPTIONS,
         f"--jobid={job_id}",
         f"--nodelist={node}",
-        *container,
+        *options,
         *(command or ATTACH_SHELL),
     ]

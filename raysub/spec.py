@@ -23,6 +23,7 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _SLURM_WORD = re.compile(r"[^\s#'\"\\]+")
 # sbatch --array: indexes (N, N-M, N-M:STEP) separated by commas, and at most %K tasks at once.
 _ARRAY = re.compile(r"\d+(-\d+(:\d+)?)?(,\d+(-\d+(:\d+)?)?)*(%\d+)?")
+_MEMORY = re.compile(r"[0-9]+[KMGT]?", re.IGNORECASE)
 _SLURM_TIME = re.compile(r"(\d+-)?\d+(:\d+){0,2}|\d+-\d+|UNLIMITED|INFINITE", re.IGNORECASE)
 FORWARDABLE_SIGNALS = ("USR1", "USR2", "INT", "HUP", "QUIT")
 _INTERFACE = re.compile(r"[A-Za-z0-9_.:@-]{1,15}")
@@ -335,6 +336,10 @@ class JobSpec:
     port_range: str = DEFAULT_PORT_RANGE
     interface: str | None = None
     dedicated_head: bool = False
+    # --head-partition: a heterogeneous job, the head alone (no GPUs) in component 0 on this partition.
+    head_partition: str | None = None
+    head_cpus: int | None = None
+    head_mem: str | None = None  # as sbatch --mem takes it: MB, or with a unit K, M, G, T
     head_retries: int = 2
     worker_retries: int = 2
     head_timeout: int = 300
@@ -386,7 +391,31 @@ class JobSpec:
 
     @property
     def head_gpus(self) -> int:
-        return 0 if self.dedicated_head else self.gpus_per_node
+        return 0 if self.dedicated_head or self.het_head else self.gpus_per_node
+
+    @property
+    def het_head(self) -> bool:
+        """A heterogeneous job (--head-partition): component 0 is the head's node, component 1 the
+        workers'; the batch script runs on the head's, as always."""
+        return self.head_partition is not None
+
+    @property
+    def head_step_args(self) -> tuple[str, ...]:
+        """srun options of the head's step beyond those every step takes."""
+        if self.het_head:
+            return ("--het-group=0", *([f"--cpus-per-task={self.head_cpus}"] if self.head_cpus else []))
+        return self.worker_step_args
+
+    @property
+    def worker_step_args(self) -> tuple[str, ...]:
+        """srun options of the workers' (and the sandboxes') step beyond those every step takes."""
+        cpus = (f"--cpus-per-task={self.cpus_per_task}",) if self.cpus_per_task else ()
+        return ("--het-group=1", *cpus) if self.het_head else cpus
+
+    @property
+    def head_cpus_per_task(self) -> int | None:
+        """The CPUs Ray uses on the head's node: --head-cpus in a heterogeneous job, else --cpus-per-task."""
+        return self.head_cpus if self.het_head else self.cpus_per_task
 
     @property
     def counts_gpus(self) -> bool:
@@ -465,7 +494,7 @@ class JobSpec:
     def port_blocks(self) -> PortBlocks | None:
         """With --ports block (the default on shared nodes), the blocks each node takes its ports from;
         None with --ports fixed (the default with --exclusive), where every node uses the --*-port values."""
-        mode = self.ports_mode or ("fixed" if self.exclusive else "block")
+        mode = self.ports_mode or ("fixed" if self.exclusive and not self.het_head else "block")
         return PortBlocks.parse(self.port_range) if mode == "block" else None
 
     def port_sh(self, name: str) -> str:
@@ -515,8 +544,41 @@ class JobSpec:
                     "the default with --no-exclusive); add --ports fixed",
                 )
 
+    def _check_het_head(self) -> None:
+        """--head-cpus and --head-mem size the head of a heterogeneous job (--head-partition)."""
+        for option, value in (("--head-cpus", self.head_cpus), ("--head-mem", self.head_mem)):
+            if value is not None and not self.het_head:
+                raise SpecError(option, "sizes the head of a heterogeneous job: give --head-partition too")
+        if not self.het_head:
+            return
+        if not _SLURM_WORD.fullmatch(cast(str, self.head_partition)):
+            raise SpecError("--head-partition", f"{self.head_partition!r} is not a partition name")
+        if self.head_cpus is not None and self.head_cpus < 1:
+            raise SpecError("--head-cpus", f"must be at least 1, not {self.head_cpus}")
+        if self.head_mem is not None and not _MEMORY.fullmatch(self.head_mem):
+            raise SpecError("--head-mem", f"{self.head_mem!r} is not a memory size such as 16G or 4000")
+        if self.workers < 1:
+            raise SpecError("--head-partition", "leaves no node for workers: give --nodes 2 or more")
+        if self.array is not None:
+            raise SpecError("--array", "Slurm runs no array of heterogeneous jobs (--head-partition)")
+        if self.sandbox is not None:
+            raise SpecError("--sandbox-command", "is not supported with --head-partition yet")
+        if (
+            self.head_mem is not None
+            and not self.exclusive
+            and not any(
+                arg.startswith(("--mem=", "--mem-per-cpu=", "--mem-per-gpu=")) for arg in self.sbatch_args
+            )
+        ):
+            raise SpecError(
+                "--head-mem",
+                "with --no-exclusive, give the workers' memory too (--sbatch-arg=--mem=...): sbatch "
+                "carries --head-mem over to them otherwise",
+            )
+
     def _check_header(self) -> None:
         """The values written on '#SBATCH' lines, which sbatch (not bash) reads."""
+        self._check_het_head()
         if self.array is not None and not _ARRAY.fullmatch(self.array):
             raise SpecError(
                 "--array", f"{self.array!r} is not sbatch's array syntax, such as 0-7, 1,3,5 or 0-15%4"
@@ -764,7 +826,8 @@ def nodes_from_options(values: Mapping[str, Any]) -> tuple[int, Plan | None]:
         planned = plan(values["gpus_per_node"], **sizes)
     except PlanError as error:
         raise SpecError(error.option, error.message) from error
-    return planned.nodes + (1 if values.get("dedicated_head") else 0), planned
+    apart = values.get("dedicated_head") or values.get("head_partition")
+    return planned.nodes + (1 if apart else 0), planned
 
 
 def spec_from_options(values: Mapping[str, Any]) -> JobSpec:

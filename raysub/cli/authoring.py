@@ -129,6 +129,19 @@ def apply_profile(ctx: click.Context, name: str | None) -> None:
     "--interface", help="Take each node's IP from this network interface; default the node name's address."
 )
 @option("--dedicated-head", is_flag=True, help="The head node advertises no GPUs, so no work lands there.")
+@option(
+    "--head-partition",
+    metavar="PARTITION",
+    help="Put the head (and the driver) alone on a node of PARTITION, a cheap CPU node say: a heterogeneous "
+    "job whose component 0 is the head, without GPUs (--dedicated-head), and component 1 the other "
+    "--nodes minus one, the workers, still started by ONE srun.",
+)
+@option("--head-cpus", type=int, metavar="N", help="CPUs of the head's node for the job (--head-partition).")
+@option(
+    "--head-mem",
+    metavar="SIZE",
+    help="Memory of the head's node for the job, as sbatch --mem takes it: 16G, 4000.",
+)
 @spec_option(
     "--head-retries",
     type=int,

@@ -169,7 +169,10 @@ DRIVER_GATE_DIR = "driver_gate"
 # the head is ready, for the program that loaded Ray while it started (raysub/node/join.py on a worker,
 # the unit counter on the head).
 LOCAL_HEAD_ADDRESS = "raysub_head_address"
-ATTACH_ENV = "attach.env"  # batch script: "<jobid> <head node>", read by attach.sh
+# batch script: "<Slurm job id> <head node>", and " het" after them in a heterogeneous job (whose steps
+# name their component: the head's 0, the workers' 1); read by attach.sh and raysub attach.
+ATTACH_ENV = "attach.env"
+ATTACH_HET = "het"
 NODE_MAP = "nodes.tsv"  # batch script: "<role>\t<index>\t<node>" per node: head 0, worker 0..N-2
 ROLE_HEAD = "head"
 ROLE_WORKER = "worker"
@@ -345,6 +348,20 @@ def _read(path: Path) -> str | None:
         return path.read_text(errors="replace")
     except FileNotFoundError:
         return None
+
+
+@dataclass(frozen=True)
+class AttachEnv:
+    """attach.env: the job's own Slurm id (an array task's too: srun --jobid takes no <array>_<task>), its
+    head node, and whether it is a heterogeneous job."""
+
+    slurm_job_id: str
+    head: str
+    het: bool
+
+    def het_group(self, on_head: bool) -> tuple[str, ...]:
+        """The srun option that picks the component of a step on the head's node or a worker's."""
+        return (f"--het-group={0 if on_head else 1}",) if self.het else ()
 
 
 @dataclass(frozen=True)
@@ -570,6 +587,14 @@ class LogDir:
                     "writes there; it may have been tampered with"
                 )
         return [o for o in options if head or not o.startswith(CONTAINER_NAME_OPTION)]
+
+    def attach_env(self) -> AttachEnv | None:
+        """What attach.env says (None before the batch script has written it, or for a line it never
+        writes)."""
+        fields = (read_trusted(self.file(ATTACH_ENV)) or "").split()
+        if len(fields) not in (2, 3) or not fields[0].isdigit() or fields[2:] not in ([], [ATTACH_HET]):
+            return None
+        return AttachEnv(fields[0], fields[1], len(fields) == 3)
 
     def head_address(self) -> str | None:
         """The head's ``<ip>:<port>`` (STARTED_RAY_HEAD), None before the head is up."""

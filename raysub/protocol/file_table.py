@@ -132,7 +132,7 @@ FILES = (
     FileDoc(
         (ATTACH_ENV,),
         "batch script",
-        "`<jobid> <head node>` for `attach.sh`",
+        "`<jobid> <head node>`, then ` het` in a heterogeneous job, for `attach.sh` and `raysub attach`",
         "0600",
         "`attach.sh`: where srun goes",
     ),

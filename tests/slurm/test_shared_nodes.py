@@ -76,7 +76,7 @@ def test_two_jobs_on_the_same_two_nodes_each_reach_only_their_own_cluster(
         job_id, logs = submit(
             minicluster, workdir, render, "--partition=shared", "-c", "1", "--mem=500", *placed, *sbatch
         )
-        wait_for_output(minicluster, workdir, job_id, "before ")
+        wait_for_output(minicluster, workdir, job_id, "before {")
         jobs[name] = (job_id, logs)
         return job_id, logs
 

@@ -66,7 +66,7 @@ def driver(workdir: Path, source: str) -> str:
     return str(path)
 
 
-def wait_for_output(cluster: MiniCluster, workdir: Path, job_id: int, text: str) -> None:
+def wait_for_output(cluster: MiniCluster, workdir: Path, job_id: int | str, text: str) -> None:
     """Until the job's driver log has ``text`` (two minutes at most)."""
     logs = LogDir.of(workdir, job_id)
     deadline = time.monotonic() + 120

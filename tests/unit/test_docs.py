@@ -128,6 +128,7 @@ NOT_FILES = (
         "FINISHED_ENV",
         "LOCAL_HEAD_ADDRESS",
         "LOG_MODE_DOC",
+        "ATTACH_HET",
     ),
 )
 

@@ -17,6 +17,7 @@ def write_attempt(base: Path, name: str, *, driver_done: bool, joined: list[str]
     logs.mkdir(parents=True)
     rows = ["head\t0\tnode1", *(f"worker\t{k}\t{n}" for k, n in enumerate(WORKERS))]
     (logs / protocol.NODE_MAP).write_text("\n".join(rows) + "\n")
+    (logs / protocol.ATTACH_ENV).write_text(f"{name.partition('-')[0].partition('_')[0]} node1\n")
     (logs / protocol.HEAD_LOG).write_text("head line 1\nhead line 2\n")
     for k in range(len(WORKERS)):
         (logs / protocol.worker_log_name(k, len(WORKERS))).write_text(f"worker {k} says hi\n")
@@ -182,6 +183,22 @@ def test_attach_builds_srun_onto_the_chosen_node(base: Path) -> None:
         "x",
     ]
     assert command(job, None, 1, ["x"])[7:] == ["--container-image=img", "x"]
+
+
+def test_attach_goes_to_an_array_tasks_own_job_id_and_a_heterogeneous_jobs_component(base: Path) -> None:
+    from raysub.attach import command
+    from raysub.jobs import resolve
+
+    task = resolve(str(write_attempt(base, "900_3-logs", driver_done=False, joined=[])), None)
+    # srun --jobid takes no <array job id>_<task id>: the task's own Slurm job id, from attach.env.
+    (task.logs.path / protocol.ATTACH_ENV).write_text("905 node1\n")
+    assert command(task, None, None, ["x"])[5:] == ["--jobid=905", "--nodelist=node1", "x"]
+    (task.logs.path / protocol.ATTACH_ENV).write_text(f"905 node1 {protocol.ATTACH_HET}\n")
+    assert command(task, None, None, ["x"])[5:] == ["--jobid=905", "--nodelist=node1", "--het-group=0", "x"]
+    assert command(task, None, 0, ["x"])[5:] == ["--jobid=905", "--nodelist=node2", "--het-group=1", "x"]
+    (task.logs.path / protocol.ATTACH_ENV).write_text("905 node1 --prolog=/tmp/evil\n")
+    with pytest.raises(LookupError, match=r"attach\.env"):
+        command(task, None, None, ["x"])
 
 
 def test_attach_hands_on_the_address_and_the_token_path(

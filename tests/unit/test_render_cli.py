@@ -32,6 +32,14 @@ from tests.conftest import RunCli
         (["--nodes", "2", "--port-range", "30000-20000"], "--port-range"),
         (["--nodes", "2", "--ports", "any"], "--ports"),
         (["--nodes", "2", "--array", "0-3x"], "--array"),
+        (["--nodes", "2", "--head-cpus", "4"], "--head-cpus"),
+        (["--nodes", "2", "--head-mem", "4G"], "--head-mem"),
+        (["--nodes", "2", "--head-partition", "cpu", "--head-mem", "4 G"], "--head-mem"),
+        (["--nodes", "2", "--head-partition", "cpu", "--head-cpus", "0"], "--head-cpus"),
+        (["--nodes", "2", "--head-partition", "a b"], "--head-partition"),
+        (["--nodes", "1", "--head-partition", "cpu"], "--head-partition"),
+        (["--nodes", "2", "--head-partition", "cpu", "--array", "0-1"], "--array"),
+        (["--nodes", "2", "--head-partition", "cpu", "--head-mem", "4G", "--no-exclusive"], "--head-mem"),
         (["--nodes", "2", "--array", "0-3%"], "--array"),
         (["--nodes", "2", "--sbatch-arg", "--array=0-1"], "--sbatch-arg"),
         (["--nodes", "2", "--partition", "a b"], "--partition"),
@@ -102,7 +110,7 @@ def test_dedicated_head_advertises_no_gpus(raysub_cli: RunCli) -> None:
     result = raysub_cli("render", "-N", "3", "--gpus-per-node", "8", "--dedicated-head", "--", "true")
     head = next(s for s in extract(result.stdout) if s.name == "head.sh")
     assert "EXPECTED_UNITS=16\n" in head.text
-    assert 'ray_node_args "$ip" "$temp" 0\n' in head.text
+    assert 'ray_node_args "$ip" "$temp" 0 ""\n' in head.text
 
 
 def test_environment_variables_give_defaults(raysub_cli: RunCli, monkeypatch: pytest.MonkeyPatch) -> None:

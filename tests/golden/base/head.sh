@@ -208,7 +208,7 @@ prepare_temp_dir
 temp=$TEMP_DIR
 ip=$(node_ip)
 address="${ip}:${GCS_PORT}"
-ray_node_args "$ip" "$temp" 8
+ray_node_args "$ip" "$temp" 8 ""
 HEAD_ADDRESS_FILE="${temp}/raysub_head_address"
 ready=0
 for ((attempt = 0; attempt <= 2; attempt++)); do

@@ -214,14 +214,14 @@ clean_temp_dir() {
 
 # What Slurm gave this job on this node, for Ray to use instead of the whole machine's CPUs and memory
 # (Ray counts the machine: on a shared node it would place work on CPUs and memory the job does not
-# have). CPUs: --cpus-per-task when given, else SLURM_CPUS_ON_NODE (the job's CPUs here, which every
-# step sees). Memory, when the job asked for it: SLURM_MEM_PER_NODE, or SLURM_MEM_PER_CPU times the
+# have). CPUs: $2 (--cpus-per-task, or --head-cpus on a heterogeneous job's head) when given, else
+# SLURM_CPUS_ON_NODE (the job's CPUs here, which every step sees). Memory, when the job asked for it: SLURM_MEM_PER_NODE, or SLURM_MEM_PER_CPU times the
 # CPUs, in MB (0 means the whole node: left to Ray); the object store takes 30% of it, as Ray's default
 # does of a machine's. Fewer CPUs or GPUs here than Ray is to use end the job before Ray starts. GPUs
 # are counted only where Slurm says which it gave (SLURM_STEP_GPUS, SLURM_JOB_GPUS): CUDA_VISIBLE_DEVICES
 # may be the submitting shell's.
 allocation_args() {
-  local gpus=$1 cpus=${SLURM_CPUS_ON_NODE:-} bytes store
+  local gpus=$1 cpus=${2:-${SLURM_CPUS_ON_NODE:-}} bytes store
   local mb=${SLURM_MEM_PER_NODE:-} given=${SLURM_STEP_GPUS-${SLURM_JOB_GPUS-}} list=()
   if [[ ${SLURM_CPUS_ON_NODE:-} =~ ^[0-9]+$ ]] && ((SLURM_CPUS_ON_NODE < cpus)); then
     die "Ray is to use ${cpus} CPUs here, but Slurm gave this job ${SLURM_CPUS_ON_NODE} on ${HOST}"
@@ -258,8 +258,8 @@ start_ray() {
 # Options every Ray node starts with; user --ray-start-arg values come last and win. The node name is
 # the Slurm node name, so the head can tell which nodes have joined.
 ray_node_args() {
-  local ip=$1 temp=$2 gpus=$3
-  allocation_args "$gpus"
+  local ip=$1 temp=$2 gpus=$3 cpus=$4
+  allocation_args "$gpus" "$cpus"
   # shellcheck disable=SC2034 # the head and worker scripts start Ray with it
   RAY_ARGS=(
     --node-ip-address="$ip" --node-name="$HOST" --temp-dir="$temp" --num-gpus="$gpus" --disable-usage-stats

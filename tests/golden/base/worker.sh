@@ -37,7 +37,7 @@ check_canary
 prepare_temp_dir
 temp=$TEMP_DIR
 ip=$(node_ip)
-ray_node_args "$ip" "$temp" 8
+ray_node_args "$ip" "$temp" 8 ""
 run_setup
 preflight_gate 8
 clean_temp_dir
