@@ -187,6 +187,10 @@ def render(spec: JobSpec) -> str:
         "socket_suffix": RAY_SOCKET_SUFFIX,
         "max_socket_path": MAX_SOCKET_PATH,
         "block_size": PORT_BLOCK_SIZE,
+        # The open files Ray's head wants (kuberay's default, which a 2000-node cluster outgrew), and
+        # what "unlimited" stands for: Linux's default fs.nr_open, above which no limit can be set.
+        "open_files_wanted": 65536,
+        "open_files_unlimited": 1048576,
         "attach_options": [*slurm.ATTACH_OPTIONS],
         "preflight_failed": preflight_log.GATE_FAILED,
         "attach_shell": [*slurm.ATTACH_SHELL],

@@ -709,3 +709,18 @@ time.sleep(60)' ${marker}"
   kill "$head_pid"
   assert_equal "$(grep -c '^start ' "$FAKE_RAY_LOG")" 2
 }
+
+@test "Ray starts with the hard limit of open files as its soft one; a low hard limit on the head is said" {
+  ulimit -Sn 256
+  export FAKE_RAY_START_EXIT=1
+  listening_head
+  start_node "$P_WORKER_SCRIPT"
+  wait_node
+  kill "$head_pid"
+  assert_equal "$(sort -u "${FAKE_RAY_LOG}.nofile")" "$(ulimit -Hn)"
+  refute_output --partial "open at most"
+  ulimit -Hn 4096
+  start_node "$P_HEAD_SCRIPT"
+  wait_node
+  assert_output --partial "warning: Ray may open at most 4096 files on nodeA (the hard limit)"
+}

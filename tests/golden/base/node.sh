@@ -243,6 +243,23 @@ allocation_args() {
   fi
 }
 
+# Ray's GCS holds connections from the worker processes of every node, each raylet those of its own: a
+# soft limit of 1024 open files (many sites', and Slurm hands the submitting shell's to the job) runs out
+# at a few hundred nodes, and a 2000-node cluster ran out of 65536 on its head (kuberay#4860). The soft
+# limit goes up to the hard one, as any process may; a hard limit below 65536 on the head is said, since
+# only the site can raise it (limits.conf, slurmd's LimitNOFILE).
+raise_open_files() {
+  local hard soft
+  hard=$(ulimit -Hn)
+  [[ $hard != unlimited ]] || hard=1048576
+  ulimit -Sn "$hard" 2>/dev/null || true
+  soft=$(ulimit -Sn)
+  if [[ $ROLE == head && $soft != unlimited ]] && ((soft < 65536)); then
+    log "warning: Ray may open at most ${soft} files on ${HOST} (the hard limit); a cluster of hundreds of nodes" \
+      "needs more on its head: ask for a nofile limit of 65536 or more"
+  fi
+}
+
 run_setup() {
   local setup='source /opt/venv/bin/activate'
   [[ -z $setup ]] && return 0
@@ -259,6 +276,7 @@ start_ray() {
 # the Slurm node name, so the head can tell which nodes have joined.
 ray_node_args() {
   local ip=$1 temp=$2 gpus=$3 cpus=$4
+  raise_open_files
   allocation_args "$gpus" "$cpus"
   # shellcheck disable=SC2034 # the head and worker scripts start Ray with it
   RAY_ARGS=(
