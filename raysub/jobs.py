@@ -149,16 +149,22 @@ def find_all_by_id(
         if found:
             return [_pick(found, attempt, place)]
         every = array_tasks(place, job_id) if tasks and "_" not in job_id else []
+        if every and attempt is not None:
+            raise JobNotFound(
+                f"job {job_id} is an array job: --attempt takes one task, {every[0].job_id} say"
+            )
         if every:
             return every
     raise JobNotFound(f"no log directory of job {job_id}: looked {'; '.join(looked)}")
 
 
-def resolve_all(ref: str | None, base: Path | None, attempt: int | None = None) -> list[Job]:
-    """[the job ``ref`` names] as resolve finds it, or every task of an array job when ``ref`` is its id."""
+def resolve_all(ref: str | None, base: Path | None, attempt: int | None = None) -> tuple[list[Job], bool]:
+    """([the job ``ref`` names], False) as resolve finds it, or (every task of it, True) when ``ref`` is an
+    array job's id: one task or many."""
     if ref is not None and protocol.JOB_ID.fullmatch(ref):
-        return find_all_by_id(ref, base, attempt)
-    return [resolve(ref, base, attempt)]
+        found = find_all_by_id(ref, base, attempt)
+        return found, "_" not in ref and "_" in found[0].job_id
+    return [resolve(ref, base, attempt)], False
 
 
 def resolve(ref: str | None, base: Path | None, attempt: int | None = None, index: Path | None = None) -> Job:

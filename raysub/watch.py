@@ -710,16 +710,26 @@ def last_lines(logs: protocol.LogDir, count: int = LAST_LINES) -> str:
 _SCRIPT_EXCLUDE = re.compile(r"^#SBATCH\s+(?:--exclude[=\s]|-x\s*)\s*(\S+)")
 
 
-def script_excludes(script: Path) -> list[str]:
-    """The nodes the job script itself leaves out (its #SBATCH --exclude), which watch's --exclude would
-    otherwise replace: an option on sbatch's command line wins over the script's."""
+# An array job's header line: "#SBATCH --array=SPEC", "--array SPEC" or "-a SPEC".
+_SCRIPT_ARRAY = re.compile(r"^#SBATCH\s+(?:--array[=\s]|-a\s*)")
+
+
+def script_header(script: Path) -> list[str]:
+    """The lines of the job script's header, which sbatch reads for #SBATCH up to the first command
+    ([] when the script cannot be read)."""
     try:
         lines = script.read_text(errors="replace").splitlines()
     except OSError:
         return []
-    # sbatch reads #SBATCH lines up to the first command.
-    header = itertools.takewhile(lambda line: not line.strip() or line.lstrip().startswith("#"), lines[1:])
-    return [m[1] for m in map(_SCRIPT_EXCLUDE.match, header) if m]
+    return list(
+        itertools.takewhile(lambda line: not line.strip() or line.lstrip().startswith("#"), lines[1:])
+    )
+
+
+def script_excludes(script: Path) -> list[str]:
+    """The nodes the job script itself leaves out (its #SBATCH --exclude), which watch's --exclude would
+    otherwise replace: an option on sbatch's command line wins over the script's."""
+    return [m[1] for m in map(_SCRIPT_EXCLUDE.match, script_header(script)) if m]
 
 
 @dataclass(frozen=True)
@@ -736,7 +746,7 @@ def find_target(ref: str) -> Target:
     directory Slurm still has on record (`scontrol show job`)."""
     path = Path(ref)
     if path.is_file():
-        return Target(path.resolve(), Path.cwd())
+        return _one_job(Target(path.resolve(), Path.cwd()))
     if not ref.isdigit():
         raise WatchError(f"{ref}: no such job script, and not a job id")
     record = slurm.batch_script(ref)
@@ -748,7 +758,17 @@ def find_target(ref: str) -> Target:
         )
     if not record.script.is_file():
         raise WatchError(f"job {ref}'s script {record.script} is gone: pass the job script instead")
-    return Target(record.script, record.workdir or Path.cwd(), ref)
+    return _one_job(Target(record.script, record.workdir or Path.cwd(), ref))
+
+
+def _one_job(target: Target) -> Target:
+    """``target``, unless its script is an array job's, which watch cannot keep going."""
+    if any(map(_SCRIPT_ARRAY.match, script_header(target.script))):
+        raise WatchError(
+            f"{target.script} is an array job (#SBATCH --array): raysub watch keeps one job going, not an "
+            "array's tasks; render it without --array to watch it"
+        )
+    return target
 
 
 def _holder(files: WatchFiles) -> str:

@@ -45,8 +45,8 @@ def status(
     from raysub import status as job_status
 
     follow = follow or watch
-    found = find_jobs(job, base, attempt)
-    if len(found) > 1:
+    found, array = find_jobs(job, base, attempt)
+    if array:
         if follow:
             raise click.UsageError(
                 f"job {job} is an array of {len(found)} tasks; follow one: {found[0].job_id}"

@@ -94,8 +94,8 @@ def find_job(job: str | None, base: Path | None, attempt: int | None) -> "Job":
         raise click.UsageError(str(error)) from error
 
 
-def find_jobs(job: str | None, base: Path | None, attempt: int | None) -> list["Job"]:
-    """As find_job, or every task of the array job JOB names."""
+def find_jobs(job: str | None, base: Path | None, attempt: int | None) -> tuple[list["Job"], bool]:
+    """As find_job, or every task of the array job JOB names (and True)."""
     from raysub.jobs import JobNotFound, resolve_all
 
     try:

@@ -297,6 +297,13 @@ def test_an_array_jobs_id_lists_its_tasks_and_id_task_names_one(
     assert status_of(raysub_cli, str(tasks[0]))["log_dir"] == str(tasks[0])
     follow = raysub_cli("status", "--follow", "900")
     assert follow.code == 2 and "follow one: 900_2" in follow.stderr, follow.stderr
+    # --attempt takes one task; an array with one task started so far is still shown as a list.
+    attempt = raysub_cli("status", "900", "--attempt", "0")
+    assert attempt.code == 2 and "--attempt takes one task, 900_2" in attempt.stderr, attempt.stderr
+    lone = write_attempt(tmp_path / "other", "901_5-logs", driver_done=True, joined=["node2"])
+    index(job_index, lone)
+    [only] = json.loads(raysub_cli("status", "--json", "901").stdout)
+    assert only["log_dir"] == str(lone)
     # A task of another array, and a task that never ran, are not found.
     assert raysub_cli("status", "90_2").code == 2
     assert raysub_cli("status", "900_3").code == 2

@@ -1131,3 +1131,15 @@ def test_watch_command_refuses_a_second_watcher(
         result = raysub_cli("watch", "job.sub")
     assert result.code == 1
     assert "another raysub watch is watching this run" in result.stderr
+
+
+@pytest.mark.parametrize("line", ["#SBATCH --array=0-3", "#SBATCH --array 0-3%2", "#SBATCH -a 1,3"])
+def test_an_array_jobs_script_is_refused_naming_why(tmp_path: Path, line: str) -> None:
+    script = tmp_path / "sweep.sub"
+    script.write_text(
+        f"#!/bin/bash\n#SBATCH --nodes=2\n{line}\nset -e\n#SBATCH --array=ignored-after-a-command\n"
+    )
+    with pytest.raises(WatchError, match=r"is an array job \(#SBATCH --array\)"):
+        watching.find_target(str(script))
+    script.write_text("#!/bin/bash\n#SBATCH --nodes=2\nset -e\n#SBATCH --array=0-3\n")
+    assert watching.find_target(str(script)).script == script.resolve()
