@@ -37,7 +37,8 @@ def command(job: Job, node: str | None, worker: int | None, argv: list[str]) -> 
     found = job.logs.attach_env()
     if found is None:
         raise JobNotFound(
-            f"job {job.job_id} has no {job.logs.file(protocol.ATTACH_ENV)} yet: it has not started"
+            f"job {job.job_id}: {job.logs.file(protocol.ATTACH_ENV)} is missing (has the job started?) "
+            "or not as the job writes it"
         )
     options = [*found.het_group(on_head), *job.logs.container_args(head=on_head)]
     return attach_command(found.slurm_job_id, target, options, argv)

@@ -215,8 +215,8 @@ clean_temp_dir() {
 # What Slurm gave this job on this node, for Ray to use instead of the whole machine's CPUs and memory
 # (Ray counts the machine: on a shared node it would place work on CPUs and memory the job does not
 # have). CPUs: $2 (--cpus-per-task, or --head-cpus on a heterogeneous job's head) when given, else
-# SLURM_CPUS_ON_NODE (the job's CPUs here, which every step sees). Memory, when the job asked for it: SLURM_MEM_PER_NODE, or SLURM_MEM_PER_CPU times the
-# CPUs, in MB (0 means the whole node: left to Ray); the object store takes 30% of it, as Ray's default
+# SLURM_CPUS_ON_NODE (the job's CPUs here, which every step sees). Memory, when the job asked for it:
+# SLURM_MEM_PER_NODE, or SLURM_MEM_PER_CPU times the CPUs, in MB (0 means the whole node: left to Ray); the object store takes 30% of it, as Ray's default
 # does of a machine's. Fewer CPUs or GPUs here than Ray is to use end the job before Ray starts. GPUs
 # are counted only where Slurm says which it gave (SLURM_STEP_GPUS, SLURM_JOB_GPUS): CUDA_VISIBLE_DEVICES
 # may be the submitting shell's.
