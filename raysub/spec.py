@@ -136,7 +136,11 @@ PORT_BLOCK_SIZE = 500
 WORKER_PORTS_AT = 10
 # Below Linux's default ephemeral range (32768-60999), where outgoing connections take their ports, and
 # above Ray's default worker ports (10002-19999), which a neighbour's Ray started by hand may use.
-DEFAULT_PORT_RANGE = "20000-32767"
+DEFAULT_PORT_RANGE = "24000-32767"
+# The head's Ray client server gives each ray:// client a server of its own on one of these ports
+# (MIN/MAX_SPECIFIC_SERVER_PORT in ray/util/client/server/proxier.py, fixed in Ray's code): a block
+# there could lose a port to it after the node checked the block free.
+RAY_CLIENT_SERVER_PORTS = range(23000, 24000)
 _PORT_RANGE = re.compile(r"(\d{1,5})-(\d{1,5})")
 
 
@@ -159,6 +163,13 @@ class PortBlocks:
             raise SpecError("--port-range", f"{text!r} is not a range of ports from 1024 to 65535")
         if blocks.count < 1:
             raise SpecError("--port-range", f"{text!r} holds no block of {PORT_BLOCK_SIZE} ports")
+        reserved = RAY_CLIENT_SERVER_PORTS
+        if blocks.first < reserved.stop and reserved.start <= blocks.last:
+            raise SpecError(
+                "--port-range",
+                f"{text!r} overlaps {reserved.start}-{reserved.stop - 1}, where Ray's client server starts a "
+                f"server for each ray:// client; take one above or below it, such as {DEFAULT_PORT_RANGE}",
+            )
         return blocks
 
     @property

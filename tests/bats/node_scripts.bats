@@ -125,13 +125,13 @@ time.sleep(60)' "$port_file" 3>&- &
 @test "on shared nodes a worker takes the next block of ports when one of its job's is in use, at every start" {
   render_node_scripts --nodes 2 --gpus-per-node 0 --interface lo --ray-temp-dir '/tmp/rb%j/%n' --no-exclusive \
     --worker-retries 1 --no-monitor -- true
-  local picked=$((SLURM_JOB_ID % 25)) next
-  next=$((20000 + (picked + 1) % 25 * 500))
-  # Another job's socket in the middle of the block this job id picks (of 25 in 20000-32767).
+  local picked=$((SLURM_JOB_ID % 17)) next
+  next=$((24000 + (picked + 1) % 17 * 500))
+  # Another job's socket in the middle of the block this job id picks (of 17 in 24000-32767).
   python3 -c 'import socket, sys, time
 s = socket.create_server(("127.0.0.1", int(sys.argv[1])))
 open(sys.argv[2], "w").close()
-time.sleep(60)' "$((20000 + picked * 500 + 250))" "${BATS_TEST_TMPDIR}/busy" 3>&- &
+time.sleep(60)' "$((24000 + picked * 500 + 250))" "${BATS_TEST_TMPDIR}/busy" 3>&- &
   busy_pid=$!
   wait_file "${BATS_TEST_TMPDIR}/busy" 10
   export FAKE_RAY_START_EXIT=1

@@ -53,8 +53,13 @@ def said(logs: protocol.LogDir, word: str) -> dict[str, object]:
     return result
 
 
-def port_blocks(logs: protocol.LogDir) -> set[str]:
-    return {entry.detail for entry in logs.timeline() if entry.phase == protocol.PHASE_RAY_PORTS}
+def port_blocks(logs: protocol.LogDir) -> dict[str, set[str]]:
+    """The blocks of ports each node took (a node's retry may take another)."""
+    blocks: dict[str, set[str]] = {}
+    for entry in logs.timeline():
+        if entry.phase == protocol.PHASE_RAY_PORTS:
+            blocks.setdefault(entry.node, set()).add(entry.detail)
+    return blocks
 
 
 def state(cluster: MiniCluster, job_id: int) -> str:
@@ -89,15 +94,19 @@ def test_two_jobs_on_the_same_two_nodes_each_reach_only_their_own_cluster(
     # The submitting shell points Ray at the first job's cluster, as a stray RAY_ADDRESS does.
     second, second_logs = start("second", f"--export=ALL,RAY_ADDRESS={first_address}")
     assert (state(minicluster, first), state(minicluster, second)) == ("RUNNING", "RUNNING")
+    hosts = minicluster.run("scontrol", "show", "hostnames", nodes).stdout.split()
     for job_id, logs in jobs.values():
         seen = said(logs, "before")
         assert seen["gcs"] == logs.started_ray_head.read_text().strip(), job_report(
             minicluster, slurm_tmp, job_id
         )
-        assert seen["nodes"] == minicluster.run("scontrol", "show", "hostnames", nodes).stdout.split()
-    # One block each, and not the same one (blocks never overlap: a different start is a different block).
-    assert len(port_blocks(first_logs)) == len(port_blocks(second_logs)) == 1
-    assert port_blocks(first_logs).isdisjoint(port_blocks(second_logs))
+        assert seen["nodes"] == hosts
+    # On each node the two jobs took different blocks (blocks never overlap: a different start is a
+    # different block). Each node picks its own, so the two nodes of one job may differ.
+    first_blocks, second_blocks = port_blocks(first_logs), port_blocks(second_logs)
+    assert sorted(first_blocks) == sorted(second_blocks) == hosts
+    for node, blocks in first_blocks.items():
+        assert blocks.isdisjoint(second_blocks[node]), (node, blocks, second_blocks[node])
 
     release("first")
     result = minicluster.wait(first)

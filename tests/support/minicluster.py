@@ -114,6 +114,18 @@ class MiniCluster:
             delay = min(delay * 1.5, 1.0)
         return self.job(job_id)
 
+    def cancel_all(self, timeout: float = 120) -> None:
+        """Cancel every job in the queue and wait until none is left (a heterogeneous job's
+        components, listed as ID+N, go with ID)."""
+        listed = self.run("squeue", "-h", "-o", "%i", check=False).stdout.split()
+        if listed:
+            self.run("scancel", *sorted({job.split("+")[0] for job in listed}), check=False)
+        deadline = time.monotonic() + timeout
+        while self.run("squeue", "-h", "-o", "%i", check=False).stdout.strip():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"jobs still queued {timeout} s after scancel: {listed}")
+            time.sleep(0.5)
+
     def job(self, job_id: int | str) -> JobResult:
         text = self.run("scontrol", "-o", "show", "job", str(job_id)).stdout
         state = re.search(r"\bJobState=(\S+)", text)

@@ -30,6 +30,8 @@ from tests.conftest import RunCli
         (["--nodes", "2", "--port-range", "20000-20400"], "--port-range"),
         (["--nodes", "2", "--port-range", "900-20000"], "--port-range"),
         (["--nodes", "2", "--port-range", "30000-20000"], "--port-range"),
+        (["--nodes", "2", "--port-range", "20000-32767"], "--port-range"),
+        (["--nodes", "2", "--port-range", "23999-25000"], "--port-range"),
         (["--nodes", "2", "--ports", "any"], "--ports"),
         (["--nodes", "2", "--array", "0-3x"], "--array"),
         (["--nodes", "2", "--head-cpus", "4"], "--head-cpus"),

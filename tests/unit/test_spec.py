@@ -14,6 +14,7 @@ from raysub.protocol import AuthMode
 from raysub.render import render
 from raysub.spec import (
     BOUNDS,
+    DEFAULT_PORT_RANGE,
     PORT_BLOCK_SIZE,
     Bound,
     JobSpec,
@@ -274,5 +275,10 @@ def test_a_port_range_holds_whole_blocks_only() -> None:
     blocks = PortBlocks.parse("20000-21499")
     assert (blocks.first, blocks.count) == (20000, 3)
     assert PortBlocks.parse(" 20000-20499 ").count == 1
+    assert PortBlocks.parse(DEFAULT_PORT_RANGE).count == 17
+    # Either side of the Ray client server's own ports is fine; across them is refused.
+    assert PortBlocks.parse("20000-22999").count == PortBlocks.parse("24000-26999").count == 6
+    with pytest.raises(SpecError, match="23000-23999"):
+        PortBlocks.parse("22500-23000")
     single = [PortBlocks.offset(name) for name in Ports.__dataclass_fields__ if "worker" not in name]
     assert max(single) < PortBlocks.offset("min_worker") < PortBlocks.offset("max_worker") < PORT_BLOCK_SIZE
