@@ -40,7 +40,8 @@ def sources(job: Job, selection: Selection) -> list[Source]:
     entries = logs.node_map()
     workers = sum(1 for e in entries if e.role == protocol.ROLE_WORKER)
     if not workers:  # the node map is not written yet: count the worker logs
-        workers = len(list(logs.path.glob(f"{protocol.WORKER_LOG_PREFIX}*{protocol.LOG_SUFFIX}")))
+        node_logs = logs.path / protocol.NODE_LOG_DIR
+        workers = len(list(node_logs.glob(f"{protocol.WORKER_LOG_PREFIX}*{protocol.LOG_SUFFIX}")))
     found: list[Source] = []
     show_all = selection.everything()
     for entry in entries or [protocol.NodeEntry(protocol.ROLE_HEAD, 0, "")]:
@@ -60,7 +61,7 @@ def sources(job: Job, selection: Selection) -> list[Source]:
                 found.append(Source(protocol.worker_tag(index, workers), logs.worker_log(index, workers)))
     if show_all or selection.sandbox:
         pattern = f"{protocol.SANDBOX_LOG_PREFIX}*{protocol.LOG_SUFFIX}"
-        for path in sorted(logs.path.glob(pattern), key=_natural):
+        for path in sorted((logs.path / protocol.NODE_LOG_DIR).glob(pattern), key=_natural):
             found.append(Source("sb" + path.stem.removeprefix(protocol.SANDBOX_LOG_PREFIX), path))
     if show_all or selection.driver:
         for run, path in enumerate(logs.driver_logs()):

@@ -11,7 +11,7 @@ import jinja2
 
 from raysub import __version__, protocol, slurm
 from raysub.protocol import preflight_log
-from raysub.spec import MAX_SOCKET_PATH, PORT_BLOCK_SIZE, RAY_SOCKET_SUFFIX, JobSpec
+from raysub.spec import LARGE_SCALE, MAX_SOCKET_PATH, PORT_BLOCK_SIZE, RAY_SOCKET_SUFFIX, JobSpec
 
 # The batch script and the scripts it writes into LOG_DIR, in the order they are written.
 EMBEDDED = (
@@ -187,6 +187,7 @@ def render(spec: JobSpec) -> str:
         "socket_suffix": RAY_SOCKET_SUFFIX,
         "max_socket_path": MAX_SOCKET_PATH,
         "block_size": PORT_BLOCK_SIZE,
+        "large": LARGE_SCALE,
         # The open files Ray's head wants (kuberay's default, which a 2000-node cluster outgrew), and
         # what "unlimited" stands for: Linux's default fs.nr_open, above which no limit can be set.
         "open_files_wanted": 65536,

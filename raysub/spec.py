@@ -2,7 +2,7 @@
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, cast, get_args
 
 from raysub.errors import OptionError
@@ -184,6 +184,42 @@ class PortBlocks:
         if name == "max_worker":
             return PORT_BLOCK_SIZE - 1
         return list(Ports.__dataclass_fields__).index(name)
+
+
+ScaleMode = Literal["auto", "normal", "large"]
+# --scale auto is large from this many nodes: below the fewest reported to collapse when all join at
+# once (400 on Ray 2.56, ray-project/ray#64845; 1000+ in skypilot-org/skypilot#9192), and where a node
+# table the head reads 20 times a second (Timing.units_brisk_s) becomes megabytes a second for its GCS.
+LARGE_SCALE_NODES = 256
+
+
+@dataclass(frozen=True)
+class LargeScale:
+    """What --scale large changes in a job, each value written once (docs/configuration.md, At scale)."""
+
+    # Workers join in waves of this many, in SLURM_PROCID order: a wave starts once the waves before it
+    # are all but half a wave in Ray's node table, so at most a wave and a half of nodes register with the
+    # GCS at once however fast or slow it takes them (ray#30113: many nodes registering together hung the
+    # GCS at 2k nodes).
+    wave_nodes: int = 128
+    # Each node of a wave waits up to this long more, at random, so that a wave is not one burst either.
+    jitter_cs: int = 100
+    # The head's unit counter reads the node table (every node's entry) this often until all joined.
+    units_brisk_s: float = 1.0
+    # Ray's timeouts for a GCS busy with many nodes, exported as RAY_<name> unless set: those NeMo-RL
+    # raised to 120 s for bring-up bursts (NVIDIA-NeMo/RL#3089; Ray 2.60's defaults 5 to 60 s), and the
+    # raylet's wait for its own registration (10 s up to Ray 2.34, ray#47087; 30 s since).
+    ray_timeout_s: int = 120
+    ray_timeouts: tuple[str, ...] = (
+        "gcs_rpc_server_connect_timeout_s",
+        "gcs_rpc_server_reconnect_timeout_s",
+        "gcs_server_request_timeout_seconds",
+        "worker_register_timeout_seconds",
+        "raylet_start_wait_time_s",
+    )
+
+
+LARGE_SCALE = LargeScale()
 
 
 @dataclass(frozen=True)
@@ -380,6 +416,7 @@ class JobSpec:
     plan: Plan | None = None
     smoke: bool = False
     early_driver: bool = True
+    scale: ScaleMode = "auto"
     timing: Timing = field(default_factory=Timing)
 
     @property
@@ -403,6 +440,46 @@ class JobSpec:
     @property
     def head_gpus(self) -> int:
         return 0 if self.dedicated_head or self.het_head else self.gpus_per_node
+
+    @property
+    def large_scale(self) -> bool:
+        """--scale large, or --scale auto at LARGE_SCALE_NODES nodes or more."""
+        return self.scale == "large" or (self.scale == "auto" and self.nodes >= LARGE_SCALE_NODES)
+
+    @property
+    def join_waves(self) -> int:
+        """How many waves the workers join in (1 without --scale large)."""
+        return -(-self.workers // LARGE_SCALE.wave_nodes) if self.large_scale else 1
+
+    @property
+    def join_wave_wait_s(self) -> int:
+        """The longest a wave waits for the one before it to be in Ray, after which it joins anyway (a
+        node of the wave before may never join): all waves have started by half of --workers-timeout."""
+        return max(1, self.workers_timeout // (2 * self.join_waves))
+
+    @property
+    def join_wave_units(self) -> int:
+        """The units one node brings to ray_worker_units (its GPUs, or itself for a CPU-only job)."""
+        return max(1, self.gpus_per_node)
+
+    @property
+    def units_program_args(self) -> list[str]:
+        """The unit counter's timing options: with --scale large it reads Ray's node table less often."""
+        timing = self.timing
+        if self.large_scale:
+            timing = replace(timing, units_brisk_s=max(timing.units_brisk_s, LARGE_SCALE.units_brisk_s))
+        return [*timing.program_args("units"), *(["--large-scale"] if self.large_scale else [])]
+
+    @property
+    def scale_warning(self) -> str | None:
+        """What render says of a large job whose head also runs work."""
+        if not self.large_scale or self.dedicated_head or self.het_head:
+            return None
+        return (
+            f"{self.nodes} nodes, and the head's node also runs work: the head's GCS answers every node, "
+            "and a busy node answers late; give it a node of its own with --dedicated-head, or a CPU node "
+            "apart with --head-partition"
+        )
 
     @property
     def het_head(self) -> bool:

@@ -13,7 +13,18 @@ from raysub import plan as planning
 from raysub.cli.options import F, json_option, option, size_options, spec_option
 from raysub.profiles import ProfileError, load_profile
 from raysub.protocol import AuthMode, PreflightMode
-from raysub.spec import PORT_BLOCK_SIZE, Ports, PortsMode, Sandbox, SandboxNodes, SpecError, spec_from_options
+from raysub.spec import (
+    LARGE_SCALE,
+    LARGE_SCALE_NODES,
+    PORT_BLOCK_SIZE,
+    Ports,
+    PortsMode,
+    Sandbox,
+    SandboxNodes,
+    ScaleMode,
+    SpecError,
+    spec_from_options,
+)
 
 SANDBOX_DEFAULT = {f.name: f.default for f in fields(Sandbox)}
 
@@ -141,6 +152,15 @@ def apply_profile(ctx: click.Context, name: str | None) -> None:
     "--head-mem",
     metavar="SIZE",
     help="Memory of the head's node for the job, as sbatch --mem takes it: 16G, 4000.",
+)
+@spec_option(
+    "--scale",
+    type=click.Choice(get_args(ScaleMode)),
+    show_default=True,
+    help=f"large (auto: from {LARGE_SCALE_NODES} nodes on): workers join in waves of "
+    f"{LARGE_SCALE.wave_nodes} that start as the GCS takes the waves before, with jitter; Ray's GCS "
+    f"timeouts go to {LARGE_SCALE.ray_timeout_s} s unless set; the head reads Ray's node table once a second "
+    "while nodes join; render warns when the head also runs work. normal: none of this.",
 )
 @spec_option(
     "--head-retries",
@@ -342,6 +362,8 @@ def render(ctx: click.Context, /, output: Path | None, **values: Any) -> None:
         raise click.BadParameter(error.message, param_hint=f"'{error.option}'") from error
     if spec.plan is not None and spec.plan.warning:
         click.echo(f"raysub: warning: {spec.plan.warning}", err=True)
+    if spec.scale_warning:
+        click.echo(f"raysub: warning: {spec.scale_warning}", err=True)
     if not spec.token_auth:
         click.echo(
             "raysub: warning: --auth none: anyone who can reach the head's ports can run code as you "

@@ -32,6 +32,26 @@ from raysub.protocol import gcs
 from raysub.protocol.ray_metrics import gcs_endpoints
 
 UNPROTECTED = 3
+# Ray versions whose bring-up is known to collapse when many nodes join, each with what was seen and
+# where (docs/configuration.md, At scale): (first, last) major.minor, inclusive.
+COLLAPSES_AT_SCALE = (
+    (
+        (2, 56),
+        (2, 56),
+        "bring-up collapsed at 400 nodes on Ray 2.56: reads of the cluster id timed out, unretried, while "
+        "the nodes registered (ray-project/ray#64845)",
+    ),
+)
+
+
+def collapse_known(version: str) -> str | None:
+    """What is known of Ray ``version`` collapsing at scale, or None."""
+    parts = version.split(".")
+    try:
+        minor = (int(parts[0]), int(parts[1]))
+    except (IndexError, ValueError):
+        return None
+    return next((said for first, last, said in COLLAPSES_AT_SCALE if first <= minor <= last), None)
 
 
 def token_enforced() -> bool:
@@ -115,6 +135,11 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--brisk", type=float, required=True, help="seconds between reads until all joined")
     parser.add_argument("--slow", type=float, required=True, help="seconds between reads afterwards")
+    parser.add_argument(
+        "--large-scale",
+        action="store_true",
+        help="name a Ray version known to collapse at scale (--scale large)",
+    )
     parser.add_argument("--idle-threshold", type=float, help="GPU utilisation %% below which it idles")
     parser.add_argument("--idle-after", type=float, help="seconds of idling before the warning")
     args = parser.parse_args(argv)
@@ -136,6 +161,15 @@ def main(argv: Sequence[str] | None = None, background: Background | None = None
         if background is not None and not background.restore():
             raise RuntimeError(f"cannot set {background.path} back to nice 0")
         client = gcs.connect(address)
+        if args.large_scale:
+            import ray  # loaded already, with Ray's GCS client
+
+            known = collapse_known(ray.__version__)
+            if known:
+                print(
+                    f"raysub: warning: {known}; the join waves keep fewer nodes joining at once",
+                    file=sys.stderr,
+                )
         if args.auth == "token" and not token_enforced():
             print("unprotected", flush=True)
             return UNPROTECTED

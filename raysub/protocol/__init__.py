@@ -218,6 +218,9 @@ PHASE_RAY_PORTS = "ray_ports"
 # Logs.
 HEAD_LOG = "ray-head.log"
 SRUN_LOG_PREFIX = "srun-"  # srun's own messages for each step ("srun-workers.log"), e.g. which task died
+# The logs of one task each (the workers', the sandboxes') live apart, in NODE_LOG_DIR: every waiting node
+# lists LOG_DIR at each look (wait_for_file), which so stays a few dozen entries at any --nodes.
+NODE_LOG_DIR = "nodes"
 WORKER_LOG_PREFIX = "ray-worker-"
 DRIVER_LOG = "ray-driver.log"
 DRIVER_RESTART_LOG_PREFIX = "ray-driver-"  # ray-driver-<k>.log: the driver's k-th restart
@@ -249,12 +252,12 @@ def worker_log_name(index: int, workers: int) -> str:
 
 def worker_log_pattern(workers: int) -> str:
     """srun's --output pattern for the batched worker step; %t is the task (worker) index."""
-    return f"{WORKER_LOG_PREFIX}%{worker_index_width(workers)}t{LOG_SUFFIX}"
+    return f"{NODE_LOG_DIR}/{WORKER_LOG_PREFIX}%{worker_index_width(workers)}t{LOG_SUFFIX}"
 
 
 def worker_log_format(workers: int) -> str:
     """printf's format of worker k's log name (the batch script makes each log before srun writes it)."""
-    return f"{WORKER_LOG_PREFIX}%0{worker_index_width(workers)}d{LOG_SUFFIX}"
+    return f"{NODE_LOG_DIR}/{WORKER_LOG_PREFIX}%0{worker_index_width(workers)}d{LOG_SUFFIX}"
 
 
 def batch_log_files(workers: bool, sandbox: bool) -> list[str]:
@@ -271,7 +274,7 @@ def file_mode_for_logs(log_dir_mode: int) -> int:
 
 
 def sandbox_log_pattern() -> str:
-    return f"{SANDBOX_LOG_PREFIX}%t{LOG_SUFFIX}"
+    return f"{NODE_LOG_DIR}/{SANDBOX_LOG_PREFIX}%t{LOG_SUFFIX}"
 
 
 def template_names() -> dict[str, str]:

@@ -34,6 +34,7 @@ from raysub.protocol import (
     METRICS,
     MONITOR_MAX_BYTES,
     NODE_BASH,
+    NODE_LOG_DIR,
     NODE_MAP,
     NODE_PYTHON_DIR,
     PHASE_TEMP_DIR_REPLACED,
@@ -140,8 +141,9 @@ FILES = (
         (NODE_MAP,),
         "batch script",
         f"`<role>\\t<index>\\t<node>` per node: `{ROLE_HEAD} 0 node1`, `{ROLE_WORKER} 0 node2`, ...: "
-        "worker k is task k of the worker step and writes `ray-worker-<k>.log`; `raysub logs`, `status` and "
-        "`attach` all read this one mapping",
+        f"worker k is task k of the worker step and writes `{NODE_LOG_DIR}/ray-worker-<k>.log`; "
+        "`raysub logs`, "
+        "`status` and `attach` all read this one mapping",
         "0600",
         "`raysub attach`: which node srun goes to",
     ),
@@ -279,9 +281,16 @@ FILES = (
         "every node leaves when it appears",
     ),
     FileDoc(
-        (HEAD_LOG, f"{WORKER_LOG_PREFIX}<k>{LOG_SUFFIX}", DRIVER_LOG, f"{SANDBOX_LOG_PREFIX}<k>{LOG_SUFFIX}"),
+        (
+            HEAD_LOG,
+            f"{NODE_LOG_DIR}/{WORKER_LOG_PREFIX}<k>{LOG_SUFFIX}",
+            DRIVER_LOG,
+            f"{NODE_LOG_DIR}/{SANDBOX_LOG_PREFIX}<k>{LOG_SUFFIX}",
+        ),
         "Slurm (`srun --output`) and the head",
-        "logs; `<k>` is the worker's task index, zero-padded to the width of the largest",
+        "logs; `<k>` is the worker's task index, zero-padded to the width of the largest; the logs of one "
+        f"task each in `{NODE_LOG_DIR}/` (of LOG_DIR's mode), so that LOG_DIR, which every waiting node "
+        "lists, stays small",
         _LOG_MODE_DOC,
         "`raysub logs`, `health`: shown and read for progress",
     ),

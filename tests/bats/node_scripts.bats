@@ -727,3 +727,45 @@ time.sleep(60)' ${marker}"
   wait_node
   assert_output --partial "warning: Ray may open at most 4096 files on nodeA (the hard limit)"
 }
+
+@test "with --scale large a worker of the second wave joins once the first is all but half a wave in Ray" {
+  render_node_scripts --nodes 300 --gpus-per-node 0 --interface lo --ray-temp-dir '/tmp/rb%j/%n' --no-monitor \
+    -- true
+  # Workers 128 to 255 are the second of three waves; it waits for 128 - 64 nodes in Ray (the head's count).
+  export SLURM_PROCID=130
+  printf '127.0.0.1:7379\n' >"${LOG_DIR}/${P_STARTED_RAY_HEAD}"
+  printf '63\n' >"${LOG_DIR}/${P_WORKER_UNITS}"
+  start_node "$P_WORKER_SCRIPT"
+  sleep 2
+  assert_equal "$(cat "$FAKE_RAY_LOG")" ""
+  printf '64\n' >"${LOG_DIR}/${P_WORKER_UNITS}.tmp"
+  mv -f "${LOG_DIR}/${P_WORKER_UNITS}.tmp" "${LOG_DIR}/${P_WORKER_UNITS}"
+  wait_file "${FAKE_RAY_LOG}.pids" 5
+  run cat "$FAKE_RAY_LOG"
+  assert_output --partial "start --address=127.0.0.1:7379 --block "
+  run cat "$node_log"
+  assert_output --partial "joining in wave 2 of 3 (64 nodes in Ray)"
+}
+
+@test "with --scale large a wave whose predecessors never join starts anyway, by half of --workers-timeout" {
+  # 3 waves and --workers-timeout 6: each wave waits at most 6 / (2 * 3) = 1 s per wave before it.
+  render_node_scripts --nodes 300 --gpus-per-node 0 --interface lo --ray-temp-dir '/tmp/rb%j/%n' --no-monitor \
+    --workers-timeout 6 -- true
+  export SLURM_PROCID=290
+  printf '127.0.0.1:7379\n' >"${LOG_DIR}/${P_STARTED_RAY_HEAD}"
+  start_node "$P_WORKER_SCRIPT"
+  wait_file "${FAKE_RAY_LOG}.pids" 8
+  run cat "$node_log"
+  assert_output --partial "joining in wave 3 of 3 (0 nodes in Ray)"
+}
+
+@test "with --scale normal the workers of a large job join at once" {
+  render_node_scripts --nodes 300 --gpus-per-node 0 --interface lo --ray-temp-dir '/tmp/rb%j/%n' --no-monitor \
+    --scale normal -- true
+  export SLURM_PROCID=290
+  printf '127.0.0.1:7379\n' >"${LOG_DIR}/${P_STARTED_RAY_HEAD}"
+  start_node "$P_WORKER_SCRIPT"
+  wait_file "${FAKE_RAY_LOG}.pids" 5
+  run cat "$node_log"
+  refute_output --partial "wave"
+}

@@ -58,6 +58,7 @@ OPTIONS = {
     "shared": dataclasses.replace(BASE, exclusive=False, cpus_per_task=16),
     "array": dataclasses.replace(BASE, array="0-3%2"),
     "het": dataclasses.replace(BASE, head_partition="cpu", head_cpus=8, head_mem="32G", cpus_per_task=64),
+    "large": dataclasses.replace(BASE, nodes=512, dedicated_head=True),
     "restarts": dataclasses.replace(
         BASE, driver_restarts=2, checkpoint_dir="/lustre/ckpt/run7", requeue=True, signal_before=300
     ),

@@ -45,7 +45,10 @@ def test_driver_sees_every_node_and_runs_a_task_on_each(
     assert f"alive {nodes}\n" in driver
     assert "hosts " + " ".join(f"node{k}" for k in range(1, nodes + 1)) + "\n" in driver
     assert logs.head_log.exists()
-    workers = sorted(p.name for p in logs.path.glob(f"{protocol.WORKER_LOG_PREFIX}*"))
+    node_logs = logs.path / protocol.NODE_LOG_DIR
+    workers = sorted(
+        f"{protocol.NODE_LOG_DIR}/{p.name}" for p in node_logs.glob(f"{protocol.WORKER_LOG_PREFIX}*")
+    )
     assert workers == [protocol.worker_log_name(k, nodes - 1) for k in range(nodes - 1)]
     assert logs.worker_units.read_text() == f"{nodes}\n"
     assert logs.ended.read_text() == "driver exited with status 0\n"

@@ -37,11 +37,11 @@ def test_log_dir_names() -> None:
 @pytest.mark.parametrize(
     ("workers", "pattern", "first", "last"),
     [
-        (1, "ray-worker-%1t.log", "ray-worker-0.log", "ray-worker-0.log"),
-        (3, "ray-worker-%1t.log", "ray-worker-0.log", "ray-worker-2.log"),
-        (10, "ray-worker-%1t.log", "ray-worker-0.log", "ray-worker-9.log"),
-        (11, "ray-worker-%2t.log", "ray-worker-00.log", "ray-worker-10.log"),
-        (1023, "ray-worker-%4t.log", "ray-worker-0000.log", "ray-worker-1022.log"),
+        (1, "nodes/ray-worker-%1t.log", "nodes/ray-worker-0.log", "nodes/ray-worker-0.log"),
+        (3, "nodes/ray-worker-%1t.log", "nodes/ray-worker-0.log", "nodes/ray-worker-2.log"),
+        (10, "nodes/ray-worker-%1t.log", "nodes/ray-worker-0.log", "nodes/ray-worker-9.log"),
+        (11, "nodes/ray-worker-%2t.log", "nodes/ray-worker-00.log", "nodes/ray-worker-10.log"),
+        (1023, "nodes/ray-worker-%4t.log", "nodes/ray-worker-0000.log", "nodes/ray-worker-1022.log"),
     ],
 )
 def test_worker_logs_are_zero_padded_to_the_largest_index(

@@ -33,6 +33,7 @@ from tests.conftest import RunCli
         (["--nodes", "2", "--port-range", "20000-32767"], "--port-range"),
         (["--nodes", "2", "--port-range", "23999-25000"], "--port-range"),
         (["--nodes", "2", "--ports", "any"], "--ports"),
+        (["--nodes", "2", "--scale", "huge"], "--scale"),
         (["--nodes", "2", "--array", "0-3x"], "--array"),
         (["--nodes", "2", "--head-cpus", "4"], "--head-cpus"),
         (["--nodes", "2", "--head-mem", "4G"], "--head-mem"),
@@ -60,6 +61,28 @@ def test_bad_values_exit_2_with_one_line_naming_the_option(
     assert result.stderr.count("\n") == 1, result.stderr
     assert result.stderr.startswith("raysub: error: ")
     assert f"'{option}'" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "warned"),
+    [
+        (["--nodes", "256"], True),
+        (["--nodes", "255"], False),
+        (["--nodes", "8", "--scale", "large"], True),
+        (["--nodes", "300", "--scale", "normal"], False),
+        (["--nodes", "300", "--dedicated-head"], False),
+        (["--nodes", "300", "--head-partition", "cpu"], False),
+    ],
+)
+def test_a_large_job_whose_head_also_runs_work_is_warned_of(
+    raysub_cli: RunCli, args: list[str], warned: bool
+) -> None:
+    result = raysub_cli("render", *args, "--", "true")
+    assert result.code == 0, result.stderr
+    warning = "the head's node also runs work"
+    assert (warning in result.stderr) == warned, result.stderr
+    if warned:
+        assert "--dedicated-head" in result.stderr and "--head-partition" in result.stderr
 
 
 def test_render_prints_the_script_and_nothing_else(raysub_cli: RunCli) -> None:

@@ -15,6 +15,7 @@ from raysub.render import render
 from raysub.spec import (
     BOUNDS,
     DEFAULT_PORT_RANGE,
+    LARGE_SCALE_NODES,
     PORT_BLOCK_SIZE,
     Bound,
     JobSpec,
@@ -269,6 +270,34 @@ def test_jobs_on_shared_nodes_take_blocks_of_ports_and_whole_nodes_keep_fixed_on
         assert spec.port_sh("max_worker") == f"$((PORT_BASE + {PORT_BLOCK_SIZE - 1}))"
     else:
         assert spec.port_sh("gcs") == "6379"
+
+
+def test_scale_auto_is_large_from_256_nodes_and_either_mode_can_be_asked_for() -> None:
+    assert not dataclasses.replace(SPEC, nodes=LARGE_SCALE_NODES - 1).large_scale
+    assert dataclasses.replace(SPEC, nodes=LARGE_SCALE_NODES).large_scale
+    assert dataclasses.replace(SPEC, scale="large").large_scale
+    assert not dataclasses.replace(SPEC, nodes=4096, scale="normal").large_scale
+
+
+@pytest.mark.parametrize(
+    ("nodes", "workers_timeout", "waves", "wait"),
+    [(3, 600, 1, 300), (256, 600, 2, 150), (300, 600, 3, 100), (4096, 600, 32, 9), (4096, 20, 32, 1)],
+)
+def test_join_waves_all_start_by_half_of_the_workers_timeout(
+    nodes: int, workers_timeout: int, waves: int, wait: int
+) -> None:
+    spec = dataclasses.replace(SPEC, nodes=nodes, scale="large", workers_timeout=workers_timeout)
+    assert (spec.join_waves, spec.join_wave_wait_s) == (waves, wait)
+    assert (spec.join_waves - 1) * spec.join_wave_wait_s <= max(workers_timeout // 2, spec.join_waves)
+    assert dataclasses.replace(spec, scale="normal").join_waves == 1
+
+
+def test_a_large_job_reads_rays_node_table_once_a_second_and_names_known_bad_rays() -> None:
+    assert "--brisk=0.05" in SPEC.units_program_args
+    assert "--large-scale" not in SPEC.units_program_args
+    large = dataclasses.replace(SPEC, scale="large")
+    assert "--brisk=1" in large.units_program_args
+    assert "--large-scale" in large.units_program_args
 
 
 def test_a_port_range_holds_whole_blocks_only() -> None:

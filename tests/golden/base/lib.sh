@@ -138,20 +138,24 @@ pause() {
   sleep "$((cs / 100)).${hundredths}"
 }
 
+# Reads the directory of file $1, which revalidates the client's cache: on NFS a cached "no such file",
+# or the file a rename since replaced, can otherwise hide the new one for as long as the attribute cache
+# lives. A glob that can match only the file (its last letter as a bracket expression) makes bash read
+# the directory, with no fork.
+revalidate() {
+  local dir=${1%/*} name=${1##*/}
+  : "$dir"/"${name%?}"["${name: -1}"]
+}
+
 # Waits for file $1 until second $2 of $SECONDS (0: no deadline). In its first minute it looks at most
 # every 0.05 s (JobSpec.signal_look_cs): a small job notices a signal file at once, and all of
 # a large one's nodes together look about a thousand times a second at most.
 # Returns 0 when it exists, 1 when ENDED appears first, 2 at the deadline.
 wait_for_file() {
-  local file=$1 deadline=$2 dir name
-  dir=${file%/*}
-  name=${file##*/}
+  local file=$1 deadline=$2
   WAITED_CS=0
   while :; do
-    # Reading the directory revalidates the client's cache: on NFS a cached "no such file" can
-    # otherwise hide a new file for as long as the attribute cache lives. A glob that can match only
-    # the file (its last letter as a bracket expression) makes bash read the directory, with no fork.
-    : "$dir"/"${name%?}"["${name: -1}"]
+    revalidate "$file"
     [[ -e $file ]] && return 0
     [[ -e $ENDED_FILE ]] && return 1
     if ((deadline > 0 && SECONDS >= deadline)); then return 2; fi

@@ -1,0 +1,30 @@
+"""The head's unit counter (raysub/node/units.py): what it says of the Ray it runs with."""
+
+import pytest
+
+from raysub.node.units import collapse_known, parse
+
+
+@pytest.mark.parametrize(
+    ("version", "known"),
+    [
+        ("2.56.0", True),
+        ("2.56.1", True),
+        ("2.55.1", False),
+        ("2.57.0", False),
+        ("3.0.0", False),
+        ("dev", False),
+    ],
+)
+def test_only_ray_versions_reported_to_collapse_at_scale_are_named(version: str, known: bool) -> None:
+    said = collapse_known(version)
+    assert (said is not None) == known
+    if said:
+        assert "ray-project/ray#64845" in said
+
+
+def test_the_head_asks_for_the_check_only_at_large_scale() -> None:
+    base = ["--log-dir=/l", "--address-file=/a", "--expected=8", "--kind=gpu", "--auth=token", "--node=n"]
+    timing = ["--ready-look=0.02", "--brisk=1", "--slow=5"]
+    assert parse([*base, *timing, "--large-scale"]).large_scale
+    assert not parse([*base, *timing]).large_scale
