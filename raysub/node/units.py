@@ -44,6 +44,11 @@ COLLAPSES_AT_SCALE = (
 )
 
 
+def loaded_ray_version() -> str:
+    """The version of the Ray loaded with its GCS client ("" when it does not say: no reason to stop)."""
+    return str(getattr(sys.modules.get("ray"), "__version__", ""))
+
+
 def collapse_known(version: str) -> str | None:
     """What is known of Ray ``version`` collapsing at scale, or None."""
     parts = version.split(".")
@@ -162,9 +167,7 @@ def main(argv: Sequence[str] | None = None, background: Background | None = None
             raise RuntimeError(f"cannot set {background.path} back to nice 0")
         client = gcs.connect(address)
         if args.large_scale:
-            import ray  # loaded already, with Ray's GCS client
-
-            known = collapse_known(ray.__version__)
+            known = collapse_known(loaded_ray_version())
             if known:
                 print(
                     f"raysub: warning: {known}; the join waves keep fewer nodes joining at once",

@@ -56,6 +56,25 @@ def test_driver_sees_every_node_and_runs_a_task_on_each(
     assert_clean(minicluster, result.job_id)
 
 
+def test_a_job_at_scale_large_comes_up_whole_on_real_ray_with_the_gcs_timeouts_raised(
+    minicluster: MiniCluster, slurm_tmp: Path
+) -> None:
+    # --scale large on 4 nodes: one join wave, the raised timeouts, the slower node-table reads and the
+    # unit counter's check of the Ray version, on real Ray.
+    shown = "import os, ray; ray.init(); print('alive', len([n for n in ray.nodes() if n['Alive']])); " + (
+        "print('timeout', os.environ['RAY_worker_register_timeout_seconds'])"
+    )
+    render = ["--nodes", "4", "--gpus-per-node", "0", "--scale", "large", "--", "python", "-c", shown]
+    result, logs = run_job(minicluster, slurm_tmp, render)
+    output = batch_output(slurm_tmp, result.job_id)
+    assert (result.state, result.exit_code) == ("COMPLETED", 0), output + logs.head_log.read_text()
+    assert "alive 4\ntimeout 120\n" in logs.driver_log.read_text()
+    assert "--brisk=1 " in (logs.path / protocol.HEAD_SCRIPT).read_text()
+    assert "joining in wave" not in logs.worker_log(2, 3).read_text()  # all three in the first wave
+    assert minicluster.steps(result.job_id) == 2
+    assert_clean(minicluster, result.job_id)
+
+
 def test_job_exits_with_the_drivers_status(minicluster: MiniCluster, slurm_tmp: Path) -> None:
     result, logs = run_job(
         minicluster,

@@ -1,8 +1,11 @@
 """The head's unit counter (raysub/node/units.py): what it says of the Ray it runs with."""
 
+import sys
+import types
+
 import pytest
 
-from raysub.node.units import collapse_known, parse
+from raysub.node.units import collapse_known, loaded_ray_version, parse
 
 
 @pytest.mark.parametrize(
@@ -28,3 +31,13 @@ def test_the_head_asks_for_the_check_only_at_large_scale() -> None:
     timing = ["--ready-look=0.02", "--brisk=1", "--slow=5"]
     assert parse([*base, *timing, "--large-scale"]).large_scale
     assert not parse([*base, *timing]).large_scale
+
+
+def test_a_ray_module_that_does_not_say_its_version_is_no_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "ray", types.ModuleType("ray"))
+    assert loaded_ray_version() == ""
+    assert collapse_known(loaded_ray_version()) is None
+    stated = types.ModuleType("ray")
+    stated.__version__ = "2.56.0"  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "ray", stated)
+    assert loaded_ray_version() == "2.56.0"
