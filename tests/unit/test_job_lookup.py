@@ -3,6 +3,7 @@
 
 import json
 import os
+import shutil
 import stat
 from pathlib import Path
 
@@ -152,9 +153,7 @@ def test_a_reused_job_id_is_the_later_line_unless_its_directory_is_gone(
     index(job_index, old, started=100)
     index(job_index, new, started=200)
     assert status_of(raysub_cli, "4711")["log_dir"] == str(new)
-    for path in sorted(new.iterdir()):
-        path.unlink()
-    new.rmdir()
+    shutil.rmtree(new)
     assert status_of(raysub_cli, "4711")["log_dir"] == str(old)
 
 

@@ -19,6 +19,7 @@ def write_attempt(base: Path, name: str, *, driver_done: bool, joined: list[str]
     (logs / protocol.NODE_MAP).write_text("\n".join(rows) + "\n")
     (logs / protocol.ATTACH_ENV).write_text(f"{name.partition('-')[0].partition('_')[0]} node1\n")
     (logs / protocol.HEAD_LOG).write_text("head line 1\nhead line 2\n")
+    (logs / protocol.NODE_LOG_DIR).mkdir()
     for k in range(len(WORKERS)):
         (logs / protocol.worker_log_name(k, len(WORKERS))).write_text(f"worker {k} says hi\n")
     (logs / protocol.STARTED_RAY_HEAD).write_text("198.18.0.11:6379\n")
