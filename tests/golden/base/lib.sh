@@ -127,15 +127,21 @@ timeline_line() {
 # their loop.
 WAITED_CS=0
 pause() {
-  local cs=$((WAITED_CS / 10)) most=100 hundredths
+  local cs=$((WAITED_CS / 10)) most=100
   ((WAITED_CS >= 6000 || $# == 0)) || most=$1
   ((cs <= most)) || cs=$most
   ((cs >= 5)) || cs=5
   WAITED_CS=$((WAITED_CS + cs))
-  printf -v hundredths '%02d' $((cs % 100)) # not $(printf): a loop that runs for days forks once a look, for sleep
+  sleep_cs "$cs"
+}
+
+# Sleeps $1 centiseconds.
+sleep_cs() {
+  local hundredths
+  printf -v hundredths '%02d' $(($1 % 100)) # not $(printf): a loop that runs for days forks once a look, for sleep
   # Not 'read -t' (no fork): a trapped TERM that ends the script during it can crash bash 5.2 when the
   # read's timer goes off during the clean-up ("longjmp causes uninitialized stack frame").
-  sleep "$((cs / 100)).${hundredths}"
+  sleep "$(($1 / 100)).${hundredths}"
 }
 
 # Reads the directory of file $1, which revalidates the client's cache: on NFS a cached "no such file",
