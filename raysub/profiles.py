@@ -7,7 +7,9 @@
     container-image = "nvcr.io/nvidia/pytorch:25.01-py3"
     env = ["HF_HOME=/lustre/hf"]
 
-The first file that defines the profile wins. Keys are option names, with - or _.
+The first file that defines the profile wins. Keys are the options' names as on the command line
+(sbatch-arg, repeated ones as a list), with - or _; a value starting with ~ is taken from the home
+directory, as the shell would on the command line.
 """
 
 import os
@@ -27,17 +29,34 @@ def search_path() -> list[Path]:
     return [Path.cwd() / FILE_NAME, config_home / "raysub" / FILE_NAME]
 
 
+def read_toml(path: Path) -> dict[str, Any]:
+    """The TOML file at ``path``; every way it can be unreadable is one ProfileError naming it."""
+    try:
+        text = path.read_bytes().decode()
+    except OSError as error:
+        raise ProfileError(f"{path}: cannot read it: {error.strerror}") from error
+    except UnicodeDecodeError as error:
+        raise ProfileError(
+            f"{path}: not UTF-8 text, as TOML must be (byte {error.object[error.start]:#04x} at offset "
+            f"{error.start})"
+        ) from error
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise ProfileError(f"{path}: {error}") from error
+
+
 def load_profile(name: str, paths: list[Path] | None = None) -> tuple[dict[str, Any], Path]:
     """The profile's option values keyed by option name with underscores, and the file it came from."""
     paths = search_path() if paths is None else paths
     for path in paths:
         if not path.is_file():
             continue
-        try:
-            data = tomllib.loads(path.read_text())
-        except tomllib.TOMLDecodeError as error:
-            raise ProfileError(f"{path}: {error}") from error
-        profile = data.get("profiles", {}).get(name)
+        data = read_toml(path)
+        profiles = data.get("profiles", {})
+        if not isinstance(profiles, dict):
+            raise ProfileError(f"{path}: profiles must be a table of profiles ([profiles.NAME])")
+        profile = profiles.get(name)
         if profile is None:
             continue
         if not isinstance(profile, dict):

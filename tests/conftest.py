@@ -1,5 +1,7 @@
 """Shared fixtures; the ``slurm`` marker brings one minicluster up for the whole session."""
 
+import subprocess
+import venv
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +23,27 @@ def minicluster() -> Iterator[MiniCluster]:
         yield cluster
     finally:
         cluster.down()
+
+
+# A framework's own environment: NeMo-RL pins this Ray (pyproject.toml of NVIDIA-NeMo/RL, 2026), which is
+# older than the 2.52 that token authentication needs.
+PINNED_RAY = "ray[default]==2.49.2"
+
+
+@pytest.fixture(scope="session")
+def pinned_ray_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A venv with PINNED_RAY in it, readable by the minicluster's jobs (a minute or two to install)."""
+    base = tmp_path_factory.mktemp("pinned-ray")
+    base.chmod(0o755)
+    env_dir = base / "venv"
+    venv.create(env_dir, with_pip=True)
+    subprocess.run(
+        [env_dir / "bin" / "pip", "install", "-q", "--disable-pip-version-check", PINNED_RAY],
+        check=True,
+        capture_output=True,
+        stdin=subprocess.DEVNULL,
+    )
+    return env_dir
 
 
 @pytest.fixture

@@ -51,15 +51,38 @@ def apply_profile(ctx: click.Context, name: str | None) -> None:
         values, path = load_profile(name)
     except ProfileError as error:
         raise click.BadParameter(str(error), param_hint="'--profile'") from error
-    params = {p.name: p for p in ctx.command.params if p.name}
+    params = profile_keys(ctx.command)
     for key, value in values.items():
         param = params.get(key)
-        if param is None or key in ("profile", "command"):
+        if param is None or param.name is None:
             raise click.BadParameter(
                 f"{path}: profile {name!r} sets unknown option {key!r}", param_hint="'--profile'"
             )
-        if ctx.get_parameter_source(key) is ParameterSource.DEFAULT:
-            ctx.params[key] = param.type_cast_value(ctx, value)
+        if ctx.get_parameter_source(param.name) is not ParameterSource.DEFAULT:
+            continue
+        if isinstance(value, str) and value.startswith("~"):
+            value = str(Path(value).expanduser())
+        if isinstance(value, str) and param.multiple:
+            value = [value]
+        try:
+            ctx.params[param.name] = param.type_cast_value(ctx, value)
+        except (click.BadParameter, TypeError, ValueError) as error:
+            why = error.message if isinstance(error, click.BadParameter) else f"not {param.type.name}"
+            where = f"{path}: profiles.{name}.{key.replace('_', '-')}"
+            raise click.BadParameter(f"{where} = {value!r}: {why}", param_hint="'--profile'") from error
+
+
+def profile_keys(command: click.Command) -> dict[str, click.Parameter]:
+    """The options a profile may set, by each of their long names with _ for - (sbatch_arg) and by their
+    parameter names (sbatch_args); never --profile itself, nor the COMMAND argument."""
+    keys: dict[str, click.Parameter] = {}
+    for param in command.params:
+        if not isinstance(param, click.Option) or param.name in (None, "profile"):
+            continue
+        for flag in [param.name, *param.opts]:
+            if flag.startswith("--") or not flag.startswith("-"):
+                keys[flag.removeprefix("--").replace("-", "_")] = param
+    return keys
 
 
 @click.command(context_settings={"show_default": True})

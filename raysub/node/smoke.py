@@ -1,12 +1,12 @@
 """raysub's smoke test: proves a job's placement before the real run.
 
-Connects to the running Ray (RAY_ADDRESS, else "auto"), reserves one placement-group bundle per GPU
-({"GPU": 1, "CPU": 1}), or one per node ({"CPU": 1}) when the job has no GPUs, starts one actor in each
-bundle and checks what they report: every node of the cluster and every GPU slot got exactly one actor,
-and no two actors share a GPU of a node. With --allreduce the actors then run a torch.distributed
-all-reduce (NCCL where every actor sees a CUDA GPU, gloo otherwise) and its bandwidth is measured;
-without torch that part is skipped, unless --allreduce=required. The placement group is removed and the
-actors killed before the end, whatever happened; every wait is bounded by --timeout.
+Connects to the job's Ray at RAY_ADDRESS (set in every step of a raysub job), reserves one placement-group
+bundle per GPU ({"GPU": 1, "CPU": 1}), or one per node ({"CPU": 1}) when the job has no GPUs, starts one
+actor in each bundle and checks what they report: every node of the cluster and every GPU slot got
+exactly one actor, and no two actors share a GPU of a node. With --allreduce the actors then run a
+torch.distributed all-reduce (NCCL where every actor sees a CUDA GPU, gloo otherwise) and its bandwidth
+is measured; without torch that part is skipped, unless --allreduce=required. The placement group is
+removed and the actors killed before the end, whatever happened; every wait is bounded by --timeout.
 
 The driver of a job rendered with ``raysub render --smoke`` (``python -m raysub.node.smoke``, run as the
 other node programs are), and ``raysub smoke`` in a shell of a running job, which runs this program as it
@@ -480,6 +480,9 @@ def run(options: Options) -> SmokeResult:
     return make_result(request, nodes, actors, problems, allreduce)
 
 
+IN_A_JOB = "run it in the job (raysub attach JOB -- raysub smoke), or set RAY_ADDRESS to its head's host:port"
+
+
 def gcs_answers(address: str, timeout: float) -> None:
     """Raises OSError unless the GCS at ``address`` (``host:port``) takes a connection within ``timeout``
     s: ray.init retries a dead address for minutes. Other forms ("auto", ray://) are left to ray.init."""
@@ -494,11 +497,17 @@ def smoke(options: Options) -> SmokeResult:
     """Connect to the running Ray (unless this process already is), run, disconnect."""
     import logging
 
-    import ray
-
+    try:
+        import ray
+    except ImportError as error:
+        reason = f"no Ray in {sys.executable} ({one_line(error)}): {IN_A_JOB}, or pip install 'raysub[ray]'"
+        return make_result(None, [], [], [reason])
     if ray.is_initialized():
         return run(options)
-    address = os.environ.get("RAY_ADDRESS") or "auto"
+    # Never "auto": on a shared node that finds whichever Ray started there last, maybe a neighbour's.
+    address = os.environ.get("RAY_ADDRESS")
+    if not address:
+        return make_result(None, [], [], [f"RAY_ADDRESS is not set, so this is no job's step: {IN_A_JOB}"])
     try:
         gcs_answers(address, options.timeout)
         ray.init(address=address, logging_level=logging.WARNING)

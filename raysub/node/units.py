@@ -174,7 +174,7 @@ def main(argv: Sequence[str] | None = None, background: Background | None = None
                     file=sys.stderr,
                 )
         if args.auth == "token" and not token_enforced():
-            print("unprotected", flush=True)
+            print("unprotected", loaded_ray_version() or "of unknown version", flush=True)
             return UNPROTECTED
         count(args, client, address)
     except Exception as error:  # its last word, on one line: the head ends the job with it

@@ -311,7 +311,8 @@ time.sleep(60)' "$((24000 + picked * 500 + 250))" "${BATS_TEST_TMPDIR}/busy" 3>&
   wait_node
   assert_failure 1
   run cat "${LOG_DIR}/${P_ENDED}"
-  assert_output --partial "head on nodeA: this Ray does not enforce token authentication"
+  assert_output --partial "head on nodeA: Ray of unknown version does not enforce token authentication"
+  assert_output --partial "render with --auth none: then anyone who can reach the head's ports"
   assert [ ! -e "${LOG_DIR}/${P_DRIVER_STARTED}" ]
 }
 

@@ -224,10 +224,11 @@ def test_a_ray_that_does_not_enforce_the_token_is_reported(
     monkeypatch.setattr(gcs, "load", lambda: None)
     monkeypatch.setattr(gcs, "connect", lambda address: object())
     monkeypatch.setattr(units, "token_enforced", lambda: False)
+    monkeypatch.setattr(units, "loaded_ray_version", lambda: "2.49.2")
     logs = protocol.LogDir(tmp_path)
     protocol.write_atomic(tmp_path / "raysub_head_address", "10.0.0.1:6379\n")
     assert units.main(main_argv(logs, auth="token")) == units.UNPROTECTED
-    assert capsys.readouterr().out == "unprotected\n"
+    assert capsys.readouterr().out == "unprotected 2.49.2\n"
     assert logs.units() is None
 
 

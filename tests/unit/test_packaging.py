@@ -84,3 +84,40 @@ def test_wheel_installs_into_a_fresh_venv(wheel: Path, tmp_path: Path) -> None:
         env={**os.environ, "PATH": str(only_bash)},
     )
     assert out.returncode == 0, out.stderr
+    # No Ray in this venv: the one command that needs it says so in a line, naming the Python to fix.
+    out = subprocess.run([raysub, "smoke"], capture_output=True, text=True, check=False)
+    assert (out.returncode, out.stderr.count("\n")) == (1, 1), out.stderr
+    assert out.stderr.startswith(f"raysub smoke: no Ray in {env_dir / 'bin' / 'python'}"), out.stderr
+
+
+def commands(raysub: str) -> list[str]:
+    """The commands ``raysub --help`` lists."""
+    listing = subprocess.run([raysub, "--help"], capture_output=True, text=True, check=True).stdout
+    return [line.split()[0] for line in listing.partition("Commands:\n")[2].splitlines() if line.strip()]
+
+
+def test_the_wheel_installs_next_to_a_frameworks_pinned_ray(
+    wheel: Path, pinned_ray_venv: Path, tmp_path: Path
+) -> None:
+    """raysub goes into NeMo-RL's environment without moving its Ray pin, and every command runs there."""
+    bin_dir = pinned_ray_venv / "bin"
+    pip = [str(bin_dir / "pip"), "--disable-pip-version-check"]
+    install = [*pip, "install", "-q", str(wheel)]
+    subprocess.run(install, check=True, capture_output=True, stdin=subprocess.DEVNULL)
+    check = subprocess.run([*pip, "check"], capture_output=True, text=True, check=False)
+    assert check.returncode == 0, check.stdout
+    version = [str(bin_dir / "python"), "-c", "import ray; print(ray.__version__)"]
+    assert subprocess.run(version, capture_output=True, text=True, check=True).stdout == "2.49.2\n"
+
+    raysub = str(bin_dir / "raysub")
+    names = commands(raysub)
+    assert {"render", "validate", "status", "smoke"} <= set(names), names
+    for name in names:
+        out = subprocess.run([raysub, name, "--help"], capture_output=True, text=True, check=False)
+        assert (out.returncode, out.stderr) == (0, ""), (name, out.stderr)
+        assert out.stdout.startswith(f"usage: raysub {name}" if name == "smoke" else f"Usage: raysub {name}")
+    job = tmp_path / "job.sub"
+    render = [raysub, "render", "--nodes", "2", "--auth", "none", "-o", str(job), "--", "true"]
+    subprocess.run(render, check=True)
+    subprocess.run([raysub, "validate", "--strict", str(job)], check=True, capture_output=True)
+    subprocess.run([raysub, "plan", "--tp", "8", "--gpus-per-node", "8"], check=True, capture_output=True)

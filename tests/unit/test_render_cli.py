@@ -171,6 +171,25 @@ def test_profile_fills_defaults_and_loses_to_the_command_line(
     assert "export HF_HOME=/data/hf\n" in result.stdout
 
 
+def test_profile_keys_are_the_options_as_typed_and_a_tilde_is_home(
+    raysub_cli: RunCli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "raysub.toml").write_text(
+        '[profiles.lab]\nsbatch-arg = "--qos=high"\nlog-dir = "~/logs"\ngpus_per_node = 2\n'
+    )
+    result = raysub_cli("render", "-N", "2", "--profile", "lab", "--", "true")
+    assert result.code == 0, result.stderr
+    assert "#SBATCH --qos=high" in sbatch_lines(result.stdout)
+    assert "#SBATCH --gpus-per-node=2" in sbatch_lines(result.stdout)
+    assert f"LOG_BASE={tmp_path}/home/logs\n" in result.stdout
+    # The parameter's own name still works, as the library spells it.
+    (tmp_path / "raysub.toml").write_text('[profiles.lab]\nsbatch_args = ["--qos=low"]\n')
+    result = raysub_cli("render", "-N", "2", "--profile", "lab", "--", "true")
+    assert "#SBATCH --qos=low" in sbatch_lines(result.stdout)
+
+
 def test_profile_from_the_user_config_dir(
     raysub_cli: RunCli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -189,14 +208,20 @@ def test_profile_from_the_user_config_dir(
         (PROFILE, "no profile 'other'"),
         ("[profiles.other]\nnot-an-option = 1\n", "unknown option 'not_an_option'"),
         ("[profiles.other\n", "raysub.toml"),
+        ("profiles = 3\n", "raysub.toml: profiles must be a table of profiles ([profiles.NAME])"),
+        ("[profiles.other]\ngpus-per-node = [1]\n", "profiles.other.gpus-per-node = [1]: not integer"),
+        ("[profiles.other]\ntp = 'x'\n", "raysub.toml: profiles.other.tp = 'x': 'x' is not a valid integer"),
+        ("[profiles.other]\nenv = 'A=1'\nexclusive = 'maybe'\n", "profiles.other.exclusive = 'maybe'"),
+        ("[profiles.other]\npartition = 'caf\xe9'\n".encode("latin-1"), "raysub.toml: not UTF-8 text"),
     ],
 )
 def test_profile_errors_are_one_line(
-    raysub_cli: RunCli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, content: str, message: str
+    raysub_cli: RunCli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, content: str | bytes, message: str
 ) -> None:
+    """Each names the file and, for a bad value, the profile's key; never RAYSUB_* nor a traceback."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "none"))
-    (tmp_path / "raysub.toml").write_text(content)
+    (tmp_path / "raysub.toml").write_bytes(content if isinstance(content, bytes) else content.encode())
     result = raysub_cli("render", "-N", "2", "--profile", "other", "--", "true")
     assert (result.code, result.stdout) == (2, "")
     assert message in result.stderr

@@ -437,6 +437,26 @@ def test_without_ray_smoke_fails_with_one_line_and_writes_why(
     assert (tmp_path / protocol.SMOKE).exists()
 
 
+def test_outside_a_job_smoke_refuses_to_guess_a_ray(
+    raysub_cli: RunCli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No RAY_ADDRESS: not "auto", which on a shared node may find a neighbour's Ray."""
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.delenv(protocol.ENV_LOG_DIR, raising=False)
+    result = raysub_cli("smoke", "--timeout", "5")
+    assert result.code == 1
+    said = f"raysub smoke: RAY_ADDRESS is not set, so this is no job's step: {smoke.IN_A_JOB}\n"
+    assert result.stderr == said
+
+
+def test_without_ray_in_its_python_smoke_names_that_python(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray raises ImportError
+    result = smoke.smoke(Options(timeout=5))
+    assert not result.ok
+    assert result.reason.startswith(f"no Ray in {sys.executable} (")
+    assert result.reason.endswith("or pip install 'raysub[ray]'")
+
+
 # ---- against a real Ray: one machine, two logical GPUs ----
 
 

@@ -69,8 +69,8 @@ count_units() {
     --monitor-interval=5.0 --idle-threshold=5.0 \
     --idle-after=600) || status=$?
   if [[ -e $ENDED_FILE ]] || ended_by_signal "$status"; then return 0; fi
-  if [[ $said == unprotected ]]; then
-    die "this Ray does not enforce token authentication (Ray >= 2.52 does); rather than run open to the network, the job ends. --auth none accepts that"
+  if [[ $said == "unprotected "* ]]; then
+    die "Ray ${said#unprotected } does not enforce token authentication (Ray >= 2.52 does), so the job ends rather than run open to the network. To run on this Ray, render with --auth none: then anyone who can reach the head's ports can run code as you while the job runs (docs/security.md)"
   elif [[ ! -e ${LOG_DIR}/DRIVER_STARTED ]]; then
     die "the unit counter exited with status ${status}: ${said:-see ray-head.log}"
   fi
