@@ -66,7 +66,9 @@ def extract(script: str) -> list[Embedded]:
 
 
 def _run(args: list[str], pattern: re.Pattern[str], script: str) -> list[Problem]:
-    out = subprocess.run(args, capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL)
+    out = subprocess.run(
+        args, capture_output=True, text=True, errors="replace", check=False, stdin=subprocess.DEVNULL
+    )
     if out.returncode == 0:
         return []
     problems = []
@@ -75,6 +77,11 @@ def _run(args: list[str], pattern: re.Pattern[str], script: str) -> list[Problem
         if match:
             problems.append(Problem(script, int(match["line"]), match["message"]))
     return problems or [Problem(script, None, (out.stdout + out.stderr).strip() or f"exit {out.returncode}")]
+
+
+# A script is bytes to bash: one in Latin-1, or with any other bytes, is checked as it is, byte for byte.
+BYTES_AS_THEY_ARE = "surrogateescape"
+NOT_A_SCRIPT = "not a batch script: its first line must be #! and an interpreter, as sbatch requires"
 
 
 def check_python(name: str, text: str) -> list[Problem]:
@@ -90,7 +97,7 @@ def check_script(name: str, path: Path, shellcheck: str | None) -> list[Problem]
     """bash -n and shellcheck on the script ``name`` at ``path``, in the directory where the scripts it
     sources (lib.sh, node.sh) are too: shellcheck follows them there."""
     if name.endswith(".py"):
-        return check_python(name, path.read_text())
+        return check_python(name, path.read_text(errors=BYTES_AS_THEY_ARE))
     problems = _run(["bash", "-n", str(path)], _BASH_ERROR, name)
     if shellcheck and not problems:
         command = [shellcheck, "-f", "gcc", "-s", "bash", "-x", "-P", str(path.parent), str(path)]
@@ -135,7 +142,10 @@ def validate(
     shellcheck runs when found (``shellcheck``, else :func:`find_shellcheck`); with ``strict`` its absence
     is itself a problem.
     """
-    text = path.read_text()
+    text = path.read_bytes().decode(errors=BYTES_AS_THEY_ARE)
+    if not text.startswith("#!"):
+        # sbatch refuses it too: "This does not look like a batch script".
+        return [Problem(path.name, 1, NOT_A_SCRIPT)], [path.name]
     shellcheck = shellcheck or find_shellcheck()
     problems = []
     if shellcheck is None and strict:
@@ -151,7 +161,7 @@ def validate(
         for name, body in checked:
             target = Path(tmp) / name
             target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(body)
+            target.write_text(body, errors=BYTES_AS_THEY_ARE)
         for name, _ in checked:
             problems += check_script(name, Path(tmp) / name, shellcheck)
     return problems, [name for name, _ in checked]

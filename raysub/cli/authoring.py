@@ -10,7 +10,7 @@ import click
 from click.core import ParameterSource
 
 from raysub import plan as planning
-from raysub.cli.options import F, json_option, option, size_options, spec_option
+from raysub.cli.options import F, json_option, option, size_options, spec_option, write_output
 from raysub.profiles import ProfileError, load_profile
 from raysub.protocol import AuthMode, PreflightMode
 from raysub.spec import (
@@ -396,7 +396,7 @@ def render(ctx: click.Context, /, output: Path | None, **values: Any) -> None:
     if output is None:
         click.echo(script, nl=False)
     else:
-        output.write_text(script)
+        write_output(output, script)
 
 
 @click.command(context_settings={"show_default": True})

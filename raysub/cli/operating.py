@@ -5,7 +5,15 @@ from pathlib import Path
 
 import click
 
-from raysub.cli.options import find_job, find_jobs, follow_option, job_options, json_option, redraw_interval
+from raysub.cli.options import (
+    find_job,
+    find_jobs,
+    follow_option,
+    job_options,
+    json_option,
+    redraw_interval,
+    write_output,
+)
 
 
 def deprecated_watch(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
@@ -229,5 +237,5 @@ def report(job: str | None, base: Path | None, attempt: int | None, output: Path
         recorded = snapshots(found)
     except NoReadings as error:
         raise click.UsageError(str(error)) from error
-    output.write_text(render_report(f"raysub job {found.job_id}", recorded, power_caps(found)))
+    write_output(output, render_report(f"raysub job {found.job_id}", recorded, power_caps(found)))
     click.echo(f"{output}: {found.logs.metrics} as charts")

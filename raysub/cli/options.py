@@ -46,6 +46,15 @@ def size_options(func: F) -> F:
     return func
 
 
+def write_output(path: Path, text: str) -> None:
+    """``text`` into the file --output names; a path that cannot be written is one line naming it, exit 2."""
+    try:
+        path.write_text(text)
+    except OSError as error:
+        reason = error.strerror or str(error)
+        raise click.BadParameter(f"cannot write {path}: {reason}", param_hint="'--output' / '-o'") from error
+
+
 def json_option(what: str) -> Callable[[F], F]:
     """--json: print ``what`` as JSON rather than for a person."""
     return click.option("--json", "as_json", is_flag=True, help=f"Print {what} as JSON.")

@@ -37,7 +37,9 @@ def smoke(args: tuple[str, ...]) -> None:
         "COLUMNS": str(shutil.get_terminal_size().columns),
     }
     argv = [sys.executable, "-m", PROGRAM, *args]
-    with subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as child:
+    with subprocess.Popen(
+        argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace"
+    ) as child:
         assert child.stdout is not None and child.stderr is not None
         errors = threading.Thread(target=copy_lines, args=(child.stderr, True), daemon=True)
         errors.start()

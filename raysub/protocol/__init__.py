@@ -555,11 +555,11 @@ class LogDir:
         for line in (_read(self.file(TIMELINE)) or "").splitlines():
             try:
                 record = json.loads(line)
-                events.append(
-                    TimelineEvent(float(record["t"]), record["phase"], record["node"], record["detail"])
-                )
+                event = TimelineEvent(float(record["t"]), record["phase"], record["node"], record["detail"])
             except (ValueError, KeyError, TypeError):
                 continue
+            if all(isinstance(text, str) for text in (event.phase, event.node, event.detail)):
+                events.append(event)  # else another writer's line
         return events
 
     def append_timeline(self, phase: str, node: str, detail: str) -> None:

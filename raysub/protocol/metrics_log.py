@@ -59,7 +59,7 @@ class MetricsFile:
         with protocol.create(self.path, mode) as out:
             out.write(line)
         if self.path.stat().st_size > self.max_bytes:
-            lines = self.path.read_text().splitlines(keepends=True)
+            lines = self.path.read_text(errors="replace").splitlines(keepends=True)
             protocol.write_atomic(self.path, "".join(lines[::2]), mode)
             self.keep_every *= 2
 
@@ -75,20 +75,20 @@ class Snapshot:
 
 
 def read_snapshots(path: Path) -> list[Snapshot]:
-    """Every whole snapshot in ``path``, oldest first (a line still being written is left out)."""
+    """Every whole snapshot in ``path``, oldest first: a line still being written, or one that is no
+    snapshot (damaged bytes, another writer's), is left out."""
     snapshots = []
-    for line in path.read_text().splitlines():
+    for line in path.read_text(errors="replace").splitlines():
         try:
             record = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        nodes = record.get("nodes", {})
-        snapshots.append(
-            Snapshot(
+            nodes = record.get("nodes", {})
+            snapshot = Snapshot(
                 t=float(record["t"]),
                 nodes={name: NodeMetrics.from_dict(data) for name, data in nodes.items()},
                 urls={name: data["url"] for name, data in nodes.items() if data.get("url")},
                 failed=list(record.get("failed", [])),
             )
-        )
+        except (ValueError, KeyError, TypeError, AttributeError):
+            continue
+        snapshots.append(snapshot)
     return snapshots
