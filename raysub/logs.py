@@ -34,6 +34,22 @@ def _natural(path: Path) -> list[object]:
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", path.name)]
 
 
+def not_in_job(job: Job, selection: Selection) -> str | None:
+    """Why the --worker or --node asked for is none of the job's, or None (also before the batch script
+    has written the node map: then nothing is known yet)."""
+    entries = job.logs.node_map()
+    if not entries:
+        return None
+    if selection.worker is not None:
+        workers = sorted(entry.index for entry in entries if entry.role == protocol.ROLE_WORKER)
+        if selection.worker not in workers:
+            have = f"workers {workers[0]} to {workers[-1]}" if workers else "no workers"
+            return f"--worker {selection.worker}: job {job.job_id} has {have}"
+    if selection.node is not None and selection.node not in {entry.node for entry in entries}:
+        return f"--node {selection.node}: no node of job {job.job_id} (raysub status {job.job_id} shows them)"
+    return None
+
+
 def sources(job: Job, selection: Selection) -> list[Source]:
     """The job's logs that exist now, head first, then workers and sandboxes in natural order, driver last."""
     logs = job.logs

@@ -11,7 +11,14 @@ import jinja2
 
 from raysub import __version__, protocol, slurm
 from raysub.protocol import preflight_log
-from raysub.spec import LARGE_SCALE, MAX_SOCKET_PATH, PORT_BLOCK_SIZE, RAY_SOCKET_SUFFIX, JobSpec
+from raysub.spec import (
+    CHECKPOINT_PLACEHOLDER,
+    LARGE_SCALE,
+    MAX_SOCKET_PATH,
+    PORT_BLOCK_SIZE,
+    RAY_SOCKET_SUFFIX,
+    JobSpec,
+)
 
 # The batch script and the scripts it writes into LOG_DIR, in the order they are written.
 EMBEDDED = (
@@ -56,10 +63,6 @@ def sbatch_quote(value: object) -> str:
     if _SBATCH_PLAIN.fullmatch(text):
         return text
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-# In COMMAND, with --checkpoint-dir: replaced by the checkpoint the driver resumes from, when it starts.
-CHECKPOINT_PLACEHOLDER = "{checkpoint}"
 
 
 def resume_quote(value: object) -> str:

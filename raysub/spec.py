@@ -10,6 +10,11 @@ from raysub.plan import SIZES, Plan, PlanError, plan
 from raysub.protocol import AuthMode, PreflightMode, UnitKind, file_mode_for_logs
 from raysub.protocol.preflight_log import DEFAULT_MIN_FREE_MIB
 
+# In COMMAND, with --checkpoint-dir: replaced by the checkpoint the driver resumes from, when it starts.
+CHECKPOINT_PLACEHOLDER = "{checkpoint}"
+# The most nodes raysub has brought up, simulated (benchmarks/scale_sim.py; docs/performance.md).
+LARGEST_TRIED_NODES = 1024
+
 # AF_UNIX socket paths longer than this are refused by the kernel.
 MAX_SOCKET_PATH = 107
 # Ray's longest socket path under --temp-dir,
@@ -124,8 +129,12 @@ class Ports:
         for name, value in single.items():
             if self.min_worker <= value <= self.max_worker:
                 raise SpecError(f"--{name.replace('_', '-')}-port", f"{value} lies in the worker port range")
-        if len(set(single.values())) != len(single):
-            raise SpecError("--gcs-port", "two of Ray's ports are the same")
+        taken: dict[int, str] = {}
+        for name, value in single.items():
+            flag = f"--{name.replace('_', '-')}-port"
+            if value in taken:
+                raise SpecError(taken[value], f"{value} is {flag} too; each of Ray's ports needs its own")
+            taken[value] = flag
 
 
 PortsMode = Literal["block", "fixed"]
@@ -471,15 +480,29 @@ class JobSpec:
         return [*timing.program_args("units"), *(["--large-scale"] if self.large_scale else [])]
 
     @property
-    def scale_warning(self) -> str | None:
-        """What render says of a large job whose head also runs work."""
-        if not self.large_scale or self.dedicated_head or self.het_head:
-            return None
-        return (
-            f"{self.nodes} nodes, and the head's node also runs work: the head's GCS answers every node, "
-            "and a busy node answers late; give it a node of its own with --dedicated-head, or a CPU node "
-            "apart with --head-partition"
-        )
+    def warnings(self) -> list[str]:
+        """What render says on stderr of a job it renders all the same."""
+        said = [self.plan.warning] if self.plan is not None and self.plan.warning else []
+        if self.large_scale and not (self.dedicated_head or self.het_head):
+            said.append(
+                f"{self.nodes} nodes, and the head's node also runs work: the head's GCS answers every node, "
+                "and a busy node answers late; give it a node of its own with --dedicated-head, or a CPU "
+                "node apart with --head-partition"
+            )
+        if self.nodes > LARGEST_TRIED_NODES:
+            said.append(
+                f"--nodes {self.nodes}: more than raysub has brought up ({LARGEST_TRIED_NODES} simulated "
+                "nodes, docs/performance.md); check the number"
+            )
+        if not self.resumes and any(CHECKPOINT_PLACEHOLDER in word for word in self.command):
+            said.append(
+                f"COMMAND has {CHECKPOINT_PLACEHOLDER}, which only --checkpoint-dir replaces: without it the "
+                "driver gets it as written"
+            )
+        if not self.token_auth:
+            said.append("--auth none: anyone who can reach the head's ports can run code as you in this job "
+                        "(docs/security.md)")  # fmt: skip
+        return said
 
     @property
     def het_head(self) -> bool:

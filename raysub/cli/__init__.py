@@ -45,12 +45,22 @@ for command in (
     cli.add_command(command)
 
 
+def command_hint(error: click.UsageError) -> str:
+    """For an unknown option given to a command that runs a COMMAND: how to pass it to the COMMAND."""
+    if not isinstance(error, click.NoSuchOption) or error.ctx is None:
+        return ""
+    if not any(isinstance(p, click.Argument) and p.name == "command" for p in error.ctx.command.params):
+        return ""
+    usage = f"raysub {error.ctx.command.name} [OPTIONS] -- COMMAND..."
+    return f" If {error.option_name} is COMMAND's, put -- before COMMAND: {usage}"
+
+
 def main(args: Sequence[str] | None = None) -> None:
     """Entry point: errors in how raysub was called are one line on stderr and exit status 2."""
     try:
         status = cli.main(args=args, prog_name="raysub", standalone_mode=False)
     except click.UsageError as error:
-        click.echo(f"raysub: error: {error.format_message()}", err=True)
+        click.echo(f"raysub: error: {error.format_message()}{command_hint(error)}", err=True)
         sys.exit(2)
     except click.ClickException as error:
         error.show()

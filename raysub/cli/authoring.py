@@ -60,16 +60,17 @@ def apply_profile(ctx: click.Context, name: str | None) -> None:
             )
         if ctx.get_parameter_source(param.name) is not ParameterSource.DEFAULT:
             continue
+        given = value
         if isinstance(value, str) and value.startswith("~"):
             value = str(Path(value).expanduser())
-        if isinstance(value, str) and param.multiple:
+        if param.multiple and not isinstance(value, list):
             value = [value]
         try:
-            ctx.params[param.name] = param.type_cast_value(ctx, value)
+            ctx.params[param.name] = param.process_value(ctx, value)
         except (click.BadParameter, TypeError, ValueError) as error:
             why = error.message if isinstance(error, click.BadParameter) else f"not {param.type.name}"
             where = f"{path}: profiles.{name}.{key.replace('_', '-')}"
-            raise click.BadParameter(f"{where} = {value!r}: {why}", param_hint="'--profile'") from error
+            raise click.BadParameter(f"{where} = {given!r}: {why}", param_hint="'--profile'") from error
 
 
 def profile_keys(command: click.Command) -> dict[str, click.Parameter]:
@@ -120,7 +121,7 @@ def profile_keys(command: click.Command) -> dict[str, click.Parameter]:
     "--sbatch-arg",
     "sbatch_args",
     multiple=True,
-    help="Extra #SBATCH option, e.g. --qos=high (repeatable); not one raysub sets, e.g. --nodes or --time.",
+    help="Extra #SBATCH option, e.g. --qos=high; not one raysub sets, e.g. --nodes or --time.",
 )
 @option(
     "--log-dir", help="Base directory of the job's LOG_DIR (<base>/<jobid>-logs); default the submit dir."
@@ -140,7 +141,7 @@ def profile_keys(command: click.Command) -> dict[str, click.Parameter]:
     "--ray-start-arg",
     "ray_start_args",
     multiple=True,
-    help="Extra 'ray start' option (repeatable); not one raysub sets, such as --temp-dir or --port.",
+    help="Extra 'ray start' option; not one raysub sets, such as --temp-dir or --port.",
 )
 @option(
     "--ports",
@@ -383,16 +384,8 @@ def render(ctx: click.Context, /, output: Path | None, **values: Any) -> None:
         refuse_missing_checkpoint_dir(spec)
     except SpecError as error:
         raise click.BadParameter(error.message, param_hint=f"'{error.option}'") from error
-    if spec.plan is not None and spec.plan.warning:
-        click.echo(f"raysub: warning: {spec.plan.warning}", err=True)
-    if spec.scale_warning:
-        click.echo(f"raysub: warning: {spec.scale_warning}", err=True)
-    if not spec.token_auth:
-        click.echo(
-            "raysub: warning: --auth none: anyone who can reach the head's ports can run code as you "
-            "in this job (docs/security.md)",
-            err=True,
-        )
+    for warning in spec.warnings:
+        click.echo(f"raysub: warning: {warning}", err=True)
     if output is None:
         click.echo(script, nl=False)
     else:

@@ -39,7 +39,7 @@ from raysub.cli.options import (
 )
 @click.option(
     "--checkpoint-dir",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
     help="Where the driver saves checkpoints: the checkup names the newest complete one.",
 )
 @click.option("--checkpoint-marker", metavar="NAME", help="A checkpoint is complete once it holds this file.")

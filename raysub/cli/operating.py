@@ -109,7 +109,7 @@ def logs(
     """
     import re
 
-    from raysub.logs import Selection, follow_logs, show
+    from raysub.logs import Selection, follow_logs, not_in_job, show
     from raysub.status import JobPoll
 
     found = find_job(job, base, attempt)
@@ -118,6 +118,9 @@ def logs(
     except re.error as error:
         raise click.BadParameter(str(error), param_hint="'--grep'") from error
     selection = Selection(head=head, driver=driver, worker=worker, node=node, sandbox=sandbox)
+    why = not_in_job(found, selection)
+    if why:
+        raise click.UsageError(why)
     if not follow:
         for line in show(found, selection, lines, regex):
             click.echo(line)

@@ -24,11 +24,23 @@ F = TypeVar("F", bound=Callable[..., Any])
 SPEC_DEFAULT = {f.name: f.default for f in fields(JobSpec)}
 
 
+class OnePerLine(click.types.StringParamType):
+    """Text; from an environment variable, one value per line (click's default splits at every space, which
+    would cut RAYSUB_ENV='NCCL_IB_HCA=mlx5_0 mlx5_1' in two)."""
+
+    envvar_list_splitter = "\n"
+
+
 def option(*decls: str, **kwargs: Any) -> Callable[[F], F]:
-    """A click option that also reads its default from RAYSUB_<NAME> (e.g. RAYSUB_GPUS_PER_NODE)."""
+    """A click option that also reads its default from RAYSUB_<NAME> (e.g. RAYSUB_GPUS_PER_NODE); a
+    repeatable text option takes one value per line of it."""
     long = next(d for d in decls if d.startswith("--")).split("/")[0]
-    kwargs.setdefault("envvar", "RAYSUB_" + long[2:].upper().replace("-", "_"))
+    envvar = "RAYSUB_" + long[2:].upper().replace("-", "_")
+    kwargs.setdefault("envvar", envvar)
     kwargs.setdefault("show_envvar", True)
+    if kwargs.get("multiple") and "type" not in kwargs:
+        kwargs["type"] = OnePerLine()
+        kwargs["help"] = f"{kwargs.get('help', '')} Repeatable; in {envvar}, one per line.".lstrip()
     return click.option(*decls, **kwargs)
 
 
@@ -39,10 +51,26 @@ def spec_option(*decls: str, **kwargs: Any) -> Callable[[F], F]:
     return option(*decls, **kwargs)
 
 
+def one_size(ctx: click.Context, param: click.Parameter, values: tuple[int, ...]) -> int | None:
+    """A parallel size given more than once (--tp 2 --tensor-parallel-size 4) must say the same each time."""
+    if len(set(values)) > 1:
+        said = " and ".join(str(value) for value in values)
+        raise click.BadParameter(f"given as {said}; give it once", ctx, param_hint=f"'--{param.name}'")
+    return values[-1] if values else None
+
+
 def size_options(func: F) -> F:
     """--tp, --pp, --dp, --cp and --dcp, each also under the spellings frameworks use (raysub.plan.SIZES)."""
     for size in reversed(planning.SIZES):
-        func = option(*size.flags, size.name, type=int, metavar="N", help=f"{size.meaning} Default 1.")(func)
+        func = option(
+            *size.flags,
+            size.name,
+            type=int,
+            multiple=True,  # to see every spelling given: click keeps only the last of one option
+            callback=one_size,
+            metavar="N",
+            help=f"{size.meaning} Default 1.",
+        )(func)
     return func
 
 

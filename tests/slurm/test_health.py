@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from raysub import protocol
-from raysub.render import CHECKPOINT_PLACEHOLDER
+from raysub.spec import CHECKPOINT_PLACEHOLDER
 from tests.support.minicluster import MiniCluster
 from tests.support.raysub_jobs import (
     assert_clean,

@@ -155,6 +155,23 @@ def test_logs_selection(raysub_cli: RunCli, base: Path, args: list[str], expecte
     assert result.stdout.splitlines() == expected
 
 
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--worker", "99"], "--worker 99: job 4711 has workers 0 to 2"),
+        (
+            ["--node", "node9", "--follow"],
+            "--node node9: no node of job 4711 (raysub status 4711 shows them)",
+        ),
+    ],
+)
+def test_logs_of_a_worker_or_node_the_job_lacks_is_an_error(
+    raysub_cli: RunCli, base: Path, args: list[str], said: str
+) -> None:
+    result = raysub_cli("logs", "4711", "--attempt", "0", "--log-dir", str(base), *args)
+    assert (result.code, result.stdout, result.stderr) == (2, "", f"raysub: error: {said}\n")
+
+
 def test_logs_follow_stops_when_the_job_has_ended(raysub_cli: RunCli, base: Path) -> None:
     result = raysub_cli("logs", "4711", "--attempt", "0", "--log-dir", str(base), "--follow", "--head")
     assert result.stdout.splitlines() == ["head | head line 1", "head | head line 2"]
@@ -321,3 +338,9 @@ def test_attach_refuses_a_file_of_another_user(raysub_cli: RunCli, base: Path) -
     result = raysub_cli("attach", "4711", "--log-dir", str(base), "--", "hostname")
     assert result.code == 1
     assert f"refusing {path}: it is owned by uid 65534" in result.stderr
+
+
+def test_health_refuses_a_checkpoint_dir_that_does_not_exist(raysub_cli: RunCli, base: Path) -> None:
+    result = raysub_cli("health", "4711", "--log-dir", str(base), "--checkpoint-dir", str(base / "nowhere"))
+    assert (result.code, result.stdout) == (2, "")
+    assert f"Directory '{base / 'nowhere'}' does not exist" in result.stderr

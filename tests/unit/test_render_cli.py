@@ -148,6 +148,15 @@ def test_environment_variables_give_defaults(raysub_cli: RunCli, monkeypatch: py
     assert "#SBATCH --partition=cli" in raysub_cli("render", "-p", "cli", "--", "true").stdout
 
 
+def test_a_repeatable_option_from_the_environment_takes_one_value_per_line(
+    raysub_cli: RunCli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RAYSUB_ENV", "NCCL_IB_HCA=mlx5_0 mlx5_1\nA=1")
+    result = raysub_cli("render", "-N", "2", "--", "true")
+    assert result.code == 0, result.stderr
+    assert "export NCCL_IB_HCA='mlx5_0 mlx5_1'\nexport A=1\n" in result.stdout
+
+
 PROFILE = """
 [profiles.lab]
 partition = "gpu"
@@ -155,6 +164,55 @@ account = "ml-infra"
 gpus-per-node = 4
 env = ["HF_HOME=/data/hf", "A=1"]
 """
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--gcs-port", "8265"], "Invalid value for '--gcs-port': 8265 is --dashboard-port too"),
+        (
+            ["--tp", "2", "--tensor-parallel-size", "4"],
+            "Invalid value for '--tp': given as 2 and 4; give it once",
+        ),
+        (["python", "train.py", "--lr", "3"], "No such option '--lr'"),
+    ],
+)
+def test_clashes_and_misplaced_options_say_what_and_where(
+    raysub_cli: RunCli, args: list[str], said: str
+) -> None:
+    result = raysub_cli("render", "-N", "2", *args)
+    assert (result.code, result.stdout) == (2, "")
+    assert result.stderr.startswith(f"raysub: error: {said}"), result.stderr
+    assert result.stderr.count("\n") == 1
+
+
+def test_an_option_after_command_without_the_dashes_is_shown_how_to_pass_it(raysub_cli: RunCli) -> None:
+    result = raysub_cli("render", "-N", "2", "python", "train.py", "--lr", "3")
+    assert result.stderr.endswith(
+        "If --lr is COMMAND's, put -- before COMMAND: raysub render [OPTIONS] -- COMMAND...\n"
+    )
+    assert "put -- before COMMAND" not in raysub_cli("status", "--lr").stderr  # status runs no COMMAND
+
+
+@pytest.mark.parametrize(
+    ("args", "warning"),
+    [
+        (
+            ["-N", "100000", "--dedicated-head", "--", "true"],
+            "--nodes 100000: more than raysub has brought up",
+        ),
+        (
+            ["-N", "2", "--", "python", "t.py", "{checkpoint}"],
+            "COMMAND has {checkpoint}, which only --checkpoint-dir",
+        ),
+    ],
+)
+def test_what_render_cannot_know_is_wrong_is_a_warning(
+    raysub_cli: RunCli, args: list[str], warning: str
+) -> None:
+    result = raysub_cli("render", *args)
+    assert result.code == 0, result.stderr
+    assert f"raysub: warning: {warning}" in result.stderr
 
 
 def test_profile_fills_defaults_and_loses_to_the_command_line(
