@@ -14,11 +14,49 @@ TIMEOUT = 30
 
 @dataclass(frozen=True)
 class SlurmState:
-    """What Slurm says of a job: its state (None when no tool knows it) and, once over, its exit code."""
+    """What Slurm says of a job: its state (None when no tool knows it) and, once over, its exit code;
+    while it waits in the queue, squeue's reason code (Priority, Resources, ...) and the start time Slurm
+    expects (None while it has none)."""
 
     state: str | None
     exit_code: int | None = None
     source: str = ""
+    reason: str | None = None
+    expected_start: str | None = None
+
+    @property
+    def pending(self) -> str | None:
+        """Why the job waits, in words, with the code and the expected start; None unless it waits."""
+        if self.state != "PENDING":
+            return None
+        code = self.reason or "None"
+        said = f"{PENDING_REASONS[code]} ({code})" if code in PENDING_REASONS else f"reason {code}"
+        return f"{said}; expected to start {self.expected_start}" if self.expected_start else said
+
+
+# squeue's reason codes that a job waiting in the queue most often shows (squeue(1), JOB REASON CODES),
+# in words a user acts on.
+PENDING_REASONS = {
+    "None": "not yet looked at by the scheduler",
+    "Priority": "jobs of higher priority go first",
+    "Resources": "waiting for nodes to become free",
+    "Dependency": "waiting for the job it depends on",
+    "DependencyNeverSatisfied": "its dependency can never be met; cancel it",
+    "BeginTime": "not to start before its --begin time",
+    "JobHeldUser": "held by you: scontrol release JOB",
+    "JobHeldAdmin": "held by an administrator (or root)",
+    "ReqNodeNotAvail": "a node it needs is down, drained or reserved",
+    "PartitionNodeLimit": "asks for more nodes than the partition allows",
+    "PartitionTimeLimit": "its --time is above the partition's limit",
+    "PartitionDown": "the partition is down",
+    "Reservation": "waiting for its reservation to start",
+    "QOSMaxGRESPerUser": "your QOS's limit on GPUs (GRES) in use at once is reached",
+    "QOSMaxJobsPerUserLimit": "your QOS's limit on jobs running at once is reached",
+    "QOSMaxNodePerUserLimit": "your QOS's limit on nodes in use at once is reached",
+    "AssocGrpGRES": "your account's limit on GPUs (GRES) in use is reached",
+    "AssocMaxJobsLimit": "your account's limit on jobs running at once is reached",
+    "BadConstraints": "its constraints cannot be met by any node",
+}
 
 
 def _run(*args: str) -> str | None:
@@ -30,11 +68,20 @@ def _run(*args: str) -> str | None:
     return out.stdout if out.returncode == 0 else None
 
 
+def squeue_state(line: str) -> SlurmState:
+    """A line of ``squeue -o %T|%r|%S``: the state, the reason and the expected start ("N/A" while
+    Slurm has none)."""
+    state, _, rest = line.strip().partition("|")
+    reason, _, start = rest.partition("|")
+    known = start if start and start not in ("N/A", "Unknown", "None") else None
+    return SlurmState(state, None, "squeue", reason or None, known)
+
+
 def job_state(job_id: str) -> SlurmState:
     """squeue first (one cheap call while the job is queued or running), then scontrol, then sacct."""
-    queued = _run("squeue", "-h", "-j", job_id, "-o", "%T")
+    queued = _run("squeue", "-h", "-j", job_id, "-o", "%T|%r|%S")
     if queued and queued.strip():
-        return SlurmState(queued.split()[0], None, "squeue")
+        return squeue_state(queued.splitlines()[0])
     shown = _run("scontrol", "-o", "show", "job", job_id)
     if shown:
         state = re.search(r"\bJobState=(\S+)", shown)

@@ -87,6 +87,7 @@ class Status:
     log_dir: str
     slurm_state: str | None
     phase: str
+    pending: str | None  # why Slurm keeps it queued, in words (slurm.SlurmState.pending)
     workers_joined: int
     workers_expected: int
     missing_nodes: list[str] = field(default_factory=list)
@@ -111,6 +112,8 @@ class Status:
         lines = [
             f"job {self.job_id} (attempt {self.attempt}): {self.phase}; Slurm: {self.slurm_state or '?'}"
         ]
+        if self.pending:
+            lines.append(f"pending: {self.pending}")
         lines.append(f"workers joined: {self.workers_joined}/{self.workers_expected}")
         if self.missing_nodes:
             lines.append(f"missing: {', '.join(self.missing_nodes)}")
@@ -186,6 +189,7 @@ def read_status(job: Job, slurm: SlurmState, now: float) -> Status:
         log_dir=str(job.logs.path),
         slurm_state=slurm.state,
         phase=phase,
+        pending=slurm.pending,
         workers_joined=sum(1 for w in workers if w in joined),
         workers_expected=len(workers),
         missing_nodes=[e.node for e in entries if e.node not in joined] if head_started else [],
@@ -197,6 +201,23 @@ def read_status(job: Job, slurm: SlurmState, now: float) -> Status:
         since_head_ready=now - ready if ready is not None and driver_exit is None else None,
         warnings=[f"GPUs idle: {e.detail}" for e in events if e.phase == protocol.PHASE_GPU_IDLE]
         + preflight_warnings(job),
+    )
+
+
+def queued_status(job_id: str) -> Status | None:
+    """A job that Slurm still holds in its queue, before it has a LOG_DIR; None when Slurm says otherwise."""
+    slurm_state = slurm.job_state(job_id)
+    if slurm_state.state != "PENDING":
+        return None
+    return Status(
+        job_id=job_id,
+        attempt=0,
+        log_dir="none yet: the job has not started",
+        slurm_state=slurm_state.state,
+        phase=Phase.QUEUED,
+        pending=slurm_state.pending,
+        workers_joined=0,
+        workers_expected=0,
     )
 
 

@@ -1,6 +1,6 @@
 """The ``raysub`` command line: parses options, calls the library, prints.
 
-One module per kind of command: authoring a job (render, plan, validate), operating one (status, logs,
+One module per kind of command: authoring a job (render, submit, plan, validate), operating one (status, logs,
 attach, monitor, report), keeping a run going (health, watch), and the smoke test; the options several
 commands share are in options.py. Nothing here imports ray at module level, so ``raysub --help`` stays fast.
 """
@@ -31,6 +31,7 @@ def cli() -> None:
 
 for command in (
     authoring.render,
+    authoring.submit,
     authoring.plan,
     authoring.validate,
     operating.status,

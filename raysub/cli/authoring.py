@@ -12,11 +12,12 @@ from click.core import ParameterSource
 from raysub import plan as planning
 from raysub.cli.options import F, json_option, option, size_options, spec_option, write_output
 from raysub.profiles import ProfileError, load_profile
-from raysub.protocol import AuthMode, PreflightMode
+from raysub.protocol import AuthMode, LogDir, PreflightMode
 from raysub.spec import (
     LARGE_SCALE,
     LARGE_SCALE_NODES,
     PORT_BLOCK_SIZE,
+    JobSpec,
     Ports,
     PortsMode,
     Sandbox,
@@ -373,6 +374,15 @@ def render(ctx: click.Context, /, output: Path | None, **values: Any) -> None:
       raysub render --tp 8 --pp 2 --dp 4 --gpus-per-node 8 -- python train.py > job.sub
       sbatch job.sub
     """
+    _, script = rendered(ctx, values)
+    if output is None:
+        click.echo(script, nl=False)
+    else:
+        write_output(output, script)
+
+
+def rendered(ctx: click.Context, values: dict[str, Any]) -> tuple[JobSpec, str]:
+    """The spec and script that render's options (and its --profile) make; its warnings said on stderr."""
     from raysub.render import render as render_script
     from raysub.resume import refuse_missing_checkpoint_dir
 
@@ -386,10 +396,72 @@ def render(ctx: click.Context, /, output: Path | None, **values: Any) -> None:
         raise click.BadParameter(error.message, param_hint=f"'{error.option}'") from error
     for warning in spec.warnings:
         click.echo(f"raysub: warning: {warning}", err=True)
-    if output is None:
-        click.echo(script, nl=False)
-    else:
-        write_output(output, script)
+    return spec, script
+
+
+@click.pass_context
+def _submit(ctx: click.Context, /, output: Path | None, wait: bool, **values: Any) -> None:
+    from raysub import submit as submitting
+    from raysub.status import Phase
+
+    spec, script = rendered(ctx, values)
+    cwd = Path.cwd()
+    try:
+        job_id = submitting.sbatch(script, cwd, output)
+    except submitting.SubmitError as error:
+        raise click.ClickException(str(error)) from error
+    base = Path(spec.log_dir).expanduser() if spec.log_dir else cwd
+    click.echo(f"raysub: submitted job {job_id}; its logs go to {LogDir.of(base, job_id).path}", err=True)
+    if spec.array is not None:
+        click.echo(f"raysub: an array job: follow a task with raysub status {job_id}_TASK --follow", err=True)
+        click.echo(job_id)
+        return
+    last = None
+    redraw = sys.stderr.isatty()
+    try:
+        for last in submitting.follow(job_id, base, until_end=wait):
+            line = submitting.stage(last)
+            click.echo(f"\r\033[K{line}" if redraw else line, nl=not redraw, err=True)
+    except KeyboardInterrupt:
+        click.echo(f"\nraysub: stopped following; job {job_id} goes on (raysub status {job_id})", err=True)
+        sys.exit(130)
+    if redraw:
+        click.echo(err=True)
+    click.echo(job_id)
+    # Without --wait it stops once the driver runs: 0. A job that ended first says how it ended.
+    if last is not None and last.phase != Phase.DRIVER_RUNNING:
+        sys.exit(submitting.exit_status(last))
+
+
+submit = click.Command(
+    "submit",
+    callback=_submit,
+    params=[
+        *(param for param in render.params if param.name != "output"),
+        click.Option(
+            ["--output", "-o"],
+            type=click.Path(dir_okay=False, path_type=Path),
+            help="Keep the submitted script here too.",
+        ),
+        click.Option(
+            ["--wait"], is_flag=True, help="Follow the job to its end; exit with the driver's status."
+        ),
+    ],
+    context_settings=render.context_settings,
+    help="""Render a job as render does, check it, sbatch it and follow its bring-up.
+
+    Takes every option of raysub render. The script passes raysub validate before sbatch sees it (-o
+    keeps a copy). Then one line says where the job stands, and changes as it does: queued (with
+    Slurm's reason, in words, and the start it expects), head starting, workers 61/63 (missing
+    node017), driver running. It stops there, or with --wait when the job ends, exiting with the
+    driver's status. Ctrl-C stops the following, never the job. The job id is the one line on stdout.
+
+    \b
+    Example:
+      raysub submit --nodes 4 --gpus-per-node 8 -p batch -t 4:00:00 -- python train.py
+      raysub submit --nodes 2 --wait -- python eval.py && echo passed
+    """,
+)
 
 
 @click.command(context_settings={"show_default": True})

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import click
 
+from raysub import protocol
 from raysub.cli.options import (
     find_job,
     find_jobs,
@@ -53,7 +54,14 @@ def status(
     from raysub import status as job_status
 
     follow = follow or watch
-    found, array = find_jobs(job, base, attempt)
+    try:
+        found, array = find_jobs(job, base, attempt)
+    except click.UsageError:
+        queued = job_status.queued_status(job) if job and protocol.JOB_ID.fullmatch(job) else None
+        if queued is None:
+            raise
+        click.echo(queued.to_json() if as_json else queued.describe())  # no LOG_DIR yet to follow
+        return
     if array:
         if follow:
             raise click.UsageError(

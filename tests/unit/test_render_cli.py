@@ -298,6 +298,7 @@ def test_help_teaches_with_an_example_for_every_command(raysub_cli: RunCli) -> N
         "report",
         "smoke",
         "status",
+        "submit",
         "validate",
         "watch",
     ]
