@@ -26,7 +26,10 @@ def sbatch(script: str, cwd: Path, keep: Path | None = None) -> str:
     submit directory; kept at ``keep`` when given. The new job's id; SubmitError when either fails."""
     with tempfile.TemporaryDirectory(prefix="raysub-submit-") as tmp:
         path = keep or Path(tmp) / "job.sub"
-        path.write_text(script)
+        try:
+            path.write_text(script)
+        except OSError as error:
+            raise SubmitError(f"cannot write {path}: {error.strerror or error}") from error
         problems, _ = validate(path)
         if problems:
             raise SubmitError(f"the rendered script does not pass raysub validate: {problems[0]}")

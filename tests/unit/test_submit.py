@@ -92,6 +92,11 @@ def test_wait_exits_with_the_drivers_code_else_slurms_else_one() -> None:
     assert submit.exit_status(status(Phase.ENDED)) == 1
 
 
+def test_a_copy_that_cannot_be_written_is_said_before_sbatch(tmp_path: Path) -> None:
+    with pytest.raises(submit.SubmitError, match="cannot write /dev/full: No space left on device"):
+        submit.sbatch("#!/bin/bash\ntrue\n", tmp_path, keep=Path("/dev/full"))
+
+
 def test_a_script_that_fails_validation_never_reaches_sbatch(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
