@@ -34,8 +34,8 @@ class SlurmState:
         return f"{said}; expected to start {self.expected_start}" if self.expected_start else said
 
 
-# squeue's reason codes that a job waiting in the queue most often shows (squeue(1), JOB REASON CODES),
-# in words a user acts on.
+# squeue's reason codes that a job waiting in the queue most often shows, in words a user acts on. Each code
+# is spelled as job_state_reason_string() in Slurm's src/common/slurm_protocol_defs.c returns it.
 PENDING_REASONS = {
     "None": "not yet looked at by the scheduler",
     "Priority": "jobs of higher priority go first",
