@@ -315,7 +315,8 @@ class Timing:
     canary_wait_s: int = 10  # for the canary file to show up on a shared filesystem that caches lookups
     ended_after_term_s: int = 5  # for ENDED after a child died of TERM: the job ending is nobody's fault
     # pause(), between two looks at a signal file: a tenth of the time waited so far, within these bounds;
-    # in a wait's first minute at most JobSpec.signal_look_cs.
+    # in a wait's first minute at most JobSpec.signal_look_cs; the upper bound grows with a job of more
+    # than a thousand nodes (JobSpec.look_max_cs).
     look_min_cs: int = 5
     look_max_cs: int = 100
     look_brisk_cs: int = 6000
@@ -570,9 +571,17 @@ class JobSpec:
     @property
     def signal_look_cs(self) -> int:
         """The longest pause, in centiseconds, between a node's looks for a signal file (STARTED_RAY_HEAD,
-        SANDBOX_READY_<host>) in a wait's first minute: a hundredth of a second per ten nodes, from 0.05 s
-        to 1 s."""
-        return min(self.timing.look_max_cs, max(self.timing.look_min_cs, self.nodes // 10))
+        SANDBOX_READY_<host>) in a wait's first minute: a hundredth of a second per ten nodes, at least
+        0.05 s. All nodes together then look about a thousand times a second at most, at any size."""
+        return max(self.timing.look_min_cs, self.nodes // 10)
+
+    @property
+    def look_max_cs(self) -> int:
+        """The longest pause, in centiseconds, between two looks of a node at a file another node writes
+        (a signal file after a wait's first minute; ENDED while its Ray or the driver runs, for the whole
+        run): 1 s, and from a thousand nodes up a hundredth of a second per ten nodes, so that a job's
+        nodes look about a thousand times a second at most on the shared filesystem (4 s at 4096)."""
+        return max(self.timing.look_max_cs, -(-self.nodes // 10))
 
     @property
     def temp_parent_per_job(self) -> bool:

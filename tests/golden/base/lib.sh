@@ -121,8 +121,9 @@ timeline_line() {
 }
 
 # Sleeps before the next look at something another node does: a tenth of the time waited so far, at
-# least 0.05 s and at most 1 s, so a wait ends at most about 10% late and a long one costs the shared
-# filesystem one look per second per node. With $1 (centiseconds) it sleeps at most that long in the
+# least 0.05 s and at most 1.0 s (JobSpec.look_max_cs), so a wait ends at most about 10% late and a
+# long one costs the shared filesystem a look per node per second, or, from a thousand nodes up, about a
+# thousand looks a second for the whole job. With $1 (centiseconds) it sleeps at most that long in the
 # wait's first minute, when the awaited file usually comes. Callers set WAITED_CS=0 (centiseconds) before
 # their loop.
 WAITED_CS=0
