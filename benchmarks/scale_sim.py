@@ -447,6 +447,9 @@ def job_environment(sim: Sim, args: argparse.Namespace, nodes: list[str], job_id
         "FAKE_RAY_NODES": str(sim.ray_nodes),
         "FAKE_RAY_HEAD_DELAY": str(args.head_delay),
         "FAKE_RAY_HEAD_GATE": str(sim.head_gate),
+        # Every Ray stand-in outlives the run: at 4096 nodes on 2 cores the bring-up took longer than the
+        # fake's default 300 s, and the head's "Ray" ended the job with it.
+        "FAKE_RAY_LIFETIME": str(int(args.timeout)),
         "FAKE_SLURM_CALLS": str(sim.calls),
         "FAKE_SLURMD": str(sim.spool),
         "FAKE_SRUN_LATENCY": str(args.srun_latency),
