@@ -92,6 +92,41 @@ SBATCH_OWNED: dict[str, str | None] = {
 # sbatch options whose names begin one of SBATCH_OWNED's (Slurm's src/common/slurm_opt.c).
 SBATCH_EXACT = ("--ntasks", "--gpus")
 
+# srun options that raysub sets on its steps (ray.sub.j2's step_options and the step lines), with the
+# raysub option that sets them instead (None: nothing may change them). srun takes the last of an option
+# given twice, so an --srun-arg among them would quietly lose or quietly win: neither is wanted.
+SRUN_OWNED: dict[str, str | None] = {
+    "--nodes": None,
+    "-N": None,
+    "--ntasks": None,
+    "-n": None,
+    "--ntasks-per-node": None,
+    "--nodelist": None,
+    "-w": None,
+    "--exclude": None,
+    "-x": None,
+    "--overlap": None,
+    "--export": None,
+    "--kill-on-bad-exit": None,
+    "-K": None,
+    "--output": None,
+    "-o": None,
+    "--error": None,
+    "-e": None,
+    "--het-group": None,
+    "--jobid": None,
+    "--cpus-per-task": "--cpus-per-task",
+    "-c": "--cpus-per-task",
+    "--mpi": "--mpi",
+    "--container-image": "--container-image",
+    "--container-mounts": "--container-mounts",
+    "--container-workdir": "--container-workdir",
+    "--container-name": None,
+    "--container-mount-home": "--container-mount-home/--no-container-mount-home",
+    "--no-container-mount-home": "--container-mount-home/--no-container-mount-home",
+}
+_MPI = re.compile(r"[A-Za-z0-9_]+")
+
 # The choices of --auth and --sandbox-nodes, defined here only: the command line's choices and the
 # checks below read them with typing.get_args.
 SandboxNodes = Literal["all", "1"]
@@ -382,7 +417,10 @@ class JobSpec:
     log_dir: str | None = None
     container_image: str | None = None
     container_mounts: str | None = None
-    container_workdir: str | None = None
+    container_workdir: str | None = None  # None: the submit directory, mounted (as ray.sub)
+    container_mount_home: bool = True  # pyxis' default; ray.sub passes --no-container-mount-home
+    srun_args: tuple[str, ...] = ()  # on every step's srun
+    mpi: str | None = None  # srun --mpi of every step
     setup: str | None = None
     env: tuple[tuple[str, str], ...] = ()
     ray_temp_dir: str = "/tmp/rs-%j/%n"
@@ -591,6 +629,23 @@ class JobSpec:
         return "%j" in parent
 
     @property
+    def user_srun_args(self) -> tuple[str, ...]:
+        """The srun options every step takes from the user: --mpi, then each --srun-arg."""
+        return (*([f"--mpi={self.mpi}"] if self.mpi else []), *self.srun_args)
+
+    @property
+    def mounts_submit_dir(self) -> bool:
+        """The job's containers start in the submit directory (no --container-workdir), which is mounted."""
+        return self.container_image is not None and self.container_workdir is None
+
+    @property
+    def dashboard_reach_host(self) -> str | None:
+        """Where a client reaches the dashboard: --dashboard-host, unless that is every interface (0.0.0.0,
+        ::), or not given; None for the head's cluster address."""
+        every_interface = ("0.0.0.0", "::")  # noqa: S104 (names them, binds nothing)
+        return None if self.dashboard_host in (None, *every_interface) else self.dashboard_host
+
+    @property
     def token_auth(self) -> bool:
         """Ray runs with a per-job token (--auth token); otherwise anyone who reaches the head gets in."""
         return self.auth == "token"
@@ -636,6 +691,7 @@ class JobSpec:
             bound.check(getattr(self, bound.attribute))
         self._check_header()
         self._check_ray_start_args()
+        self._check_steps()
         self._check_env()
         self._check_nul_bytes()
         self._check_interface()
@@ -719,7 +775,7 @@ class JobSpec:
                     f"{arg!r} must be one sbatch option such as --qos=high, on one line, "
                     "with its value after '='",
                 )
-            owned = sbatch_owned(option)
+            owned = owned_option(option, SBATCH_OWNED, SBATCH_EXACT)
             if owned is not None:
                 raise SpecError("--sbatch-arg", _owned_message(arg, owned, SBATCH_OWNED[owned], "the header"))
 
@@ -732,6 +788,31 @@ class JobSpec:
             raise SpecError(
                 "--ray-start-arg", _owned_message(arg, flag, RAY_START_OWNED[flag], "'ray start'")
             )
+
+    def _check_steps(self) -> None:
+        """Every step's srun options (--srun-arg, --mpi) and the job's container options."""
+        if self.mpi is not None and not _MPI.fullmatch(self.mpi):
+            raise SpecError("--mpi", f"{self.mpi!r} is not an MPI plugin name such as pmix, pmi2 or none")
+        for arg in self.srun_args:
+            option = arg.partition("=")[0]
+            if not arg.startswith("-") or _CONTROL.search(arg) or re.search(r"\s", option):
+                raise SpecError(
+                    "--srun-arg",
+                    f"{arg!r} must be one srun option such as --cpu-bind=none, on one line, with its "
+                    "value after '='",
+                )
+            owned = owned_option(option, SRUN_OWNED)
+            if owned is not None:
+                raise SpecError("--srun-arg", _owned_message(arg, owned, SRUN_OWNED[owned], "every step"))
+        containers = self.container_image is not None or (self.sandbox and self.sandbox.container)
+        given = (
+            ("--container-mounts", self.container_mounts is not None, self.container_image is not None),
+            ("--container-workdir", self.container_workdir is not None, self.container_image is not None),
+            ("--no-container-mount-home", not self.container_mount_home, containers),
+        )
+        for option, set_, acts in given:
+            if set_ and not acts:
+                raise SpecError(option, "has no container to act on without --container-image")
 
     def _check_env(self) -> None:
         for key, _ in self.env:
@@ -860,15 +941,17 @@ class JobSpec:
             )
 
 
-def sbatch_owned(option: str) -> str | None:
-    """The SBATCH_OWNED option that sbatch would read ``option`` (the part before '=') as, if any."""
-    if option in SBATCH_OWNED:
+def owned_option(option: str, owned: Mapping[str, object], exact: tuple[str, ...] = ()) -> str | None:
+    """The option of ``owned`` that sbatch or srun would read ``option`` (the part before '=') as, if any:
+    both take a long option's unambiguous start for the whole (getopt_long), and a short one's letter
+    with its value joined (-N4). ``exact`` are options of their own that begin an owned one's name."""
+    if option in owned:
         return option
-    if not option.startswith("--"):  # short options: -N4, -t60 (the letter, then its value)
-        return option[:2] if option[:2] in SBATCH_OWNED else None
-    if len(option) < 3 or option in SBATCH_EXACT:
+    if not option.startswith("--"):
+        return option[:2] if option[:2] in owned else None
+    if len(option) < 3 or option in exact:
         return None
-    return next((owned for owned in SBATCH_OWNED if owned.startswith(option)), None)
+    return next((name for name in owned if name.startswith(option)), None)
 
 
 def _owned_message(arg: str, owned: str, instead: str | None, where: str) -> str:
@@ -966,7 +1049,7 @@ def spec_from_options(values: Mapping[str, Any]) -> JobSpec:
         for name in JobSpec.__dataclass_fields__
         if name not in ("nodes", "command", "env", "ports", "sandbox", "plan") and name in values
     }
-    for name in ("sbatch_args", "ray_start_args"):
+    for name in ("sbatch_args", "ray_start_args", "srun_args"):
         plain[name] = tuple(plain[name])
     plain["forward_signal"] = str(plain["forward_signal"]).upper().removeprefix("SIG")
     return JobSpec(

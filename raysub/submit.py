@@ -65,6 +65,17 @@ def stage(status: Status) -> str:
     return str(status.phase)
 
 
+def dashboard_line(status: Status) -> str | None:
+    """Where the job's dashboard is, once its head is up and has said so (None before, and in a job
+    without one)."""
+    if status.phase in (Phase.QUEUED, Phase.HEAD_STARTING) or not status.log_dir:
+        return None
+    address = LogDir(Path(status.log_dir)).dashboard_address()
+    if address is None:
+        return None
+    return f"dashboard: http://{address} (from your laptop: raysub dashboard {status.job_id})"
+
+
 def follow(
     job_id: str,
     base: Path,

@@ -37,6 +37,7 @@ for command in (
     operating.status,
     operating.logs,
     operating.attach,
+    operating.dashboard,
     operating.monitor,
     operating.report,
     keeping.health,
@@ -63,8 +64,8 @@ def main(args: Sequence[str] | None = None) -> None:
     except click.UsageError as error:
         click.echo(f"raysub: error: {error.format_message()}{command_hint(error)}", err=True)
         sys.exit(2)
-    except click.ClickException as error:
-        error.show()
+    except click.ClickException as error:  # a state that stops the command: one line, as a usage error's
+        click.echo(f"raysub: error: {error.format_message()}", err=True)
         sys.exit(error.exit_code)
     except click.Abort:
         click.echo("raysub: aborted", err=True)

@@ -127,9 +127,24 @@ def profile_keys(command: click.Command) -> dict[str, click.Parameter]:
 @option(
     "--log-dir", help="Base directory of the job's LOG_DIR (<base>/<jobid>-logs); default the submit dir."
 )
+@option(
+    "--srun-arg",
+    "srun_args",
+    multiple=True,
+    help="Extra option for every step's srun, e.g. --cpu-bind=none; not one raysub sets, e.g. --nodes.",
+)
+@option("--mpi", metavar="TYPE", help="srun --mpi of every step, e.g. pmix (as ray.sub); default Slurm's.")
 @option("--container-image", help="pyxis container image for the nodes; without it, the current environment.")
 @option("--container-mounts", help="pyxis --container-mounts (LOG_DIR is always mounted).")
-@option("--container-workdir", help="pyxis --container-workdir.")
+@option(
+    "--container-workdir",
+    help="Where the containers start (pyxis --container-workdir); default the submit directory, which is "
+    "then mounted at its own path, so that COMMAND's relative paths work as on the login node.",
+)
+@spec_option(
+    "--container-mount-home/--no-container-mount-home",
+    help="Mount your home directory into the containers (pyxis' default); ray.sub mounts it not.",
+)
 @option(
     "--setup", help="Shell command run on every node before each ray start, e.g. 'source venv/bin/activate'."
 )
@@ -418,9 +433,14 @@ def _submit(ctx: click.Context, /, output: Path | None, wait: bool, **values: An
         return
     last = None
     redraw = sys.stderr.isatty()
+    pointed = False  # at the dashboard, once
     try:
         for last in submitting.follow(job_id, base, until_end=wait):
             line = submitting.stage(last)
+            dashboard = None if pointed else submitting.dashboard_line(last)
+            if dashboard is not None:
+                pointed = True
+                click.echo(f"\r\033[K{dashboard}" if redraw else dashboard, err=True)
             click.echo(f"\r\033[K{line}" if redraw else line, nl=not redraw, err=True)
     except KeyboardInterrupt:
         click.echo(f"\nraysub: stopped following; job {job_id} goes on (raysub status {job_id})", err=True)
@@ -453,8 +473,10 @@ submit = click.Command(
     Takes every option of raysub render. The script passes raysub validate before sbatch sees it (-o
     keeps a copy). Then one line says where the job stands, and changes as it does: queued (with
     Slurm's reason, in words, and the start it expects), head starting, workers 61/63 (missing
-    node017), driver running. It stops there, or with --wait when the job ends, exiting with the
-    driver's status. Ctrl-C stops the following, never the job. The job id is the one line on stdout.
+    node017), driver running; once the head is up, a line says where its dashboard is (raysub
+    dashboard JOB: how to reach it from a laptop). It stops there, or with --wait when the job ends,
+    exiting with the driver's status. Ctrl-C stops the following, never the job. The job id is the
+    one line on stdout.
 
     \b
     Example:

@@ -181,6 +181,62 @@ def attach(
     os.execvpe(argv[0], argv, {**os.environ, **ray_environment(found)})  # noqa: S606 (srun takes the terminal)
 
 
+def ssh_login(given: str | None) -> str:
+    """USER@HOST for ssh: ``given``, with this user when it names none; by default this host, or inside a
+    job the host it was submitted from (SLURM_SUBMIT_HOST)."""
+    import getpass
+    import os
+    import socket
+
+    login = given or os.environ.get("SLURM_SUBMIT_HOST") or socket.gethostname()
+    return login if "@" in login else f"{getpass.getuser()}@{login}"
+
+
+@click.command()
+@job_options
+@click.option(
+    "--login-host",
+    metavar="[USER@]HOST",
+    help="The host your laptop reaches by ssh and that reaches the job's nodes; default you at this host "
+    "(inside a job, at the host it was submitted from).",
+)
+@click.option(
+    "--local-port",
+    type=click.IntRange(1, 65535),
+    default=8265,
+    show_default=True,
+    help="The laptop's end of the tunnel (Ray's default dashboard port, which ray job submit assumes).",
+)
+@json_option("the tunnel (address, ssh, url, header)")
+def dashboard(
+    job: str | None,
+    base: Path | None,
+    attempt: int | None,
+    login_host: str | None,
+    local_port: int,
+    as_json: bool,
+) -> None:
+    """Say how to open running JOB's Ray dashboard from your laptop.
+
+    Prints the ssh -L line that forwards a port of your laptop to the dashboard through the login node,
+    the URL to open, and, for a job with --auth token, the header that carries its token (the page asks
+    for the token once). The dashboard's port is the job's own with --ports block: ask for each job.
+
+    \b
+    Example:
+      raysub dashboard 4711 --login-host alice@login.cluster.example
+      raysub dashboard --json
+    """
+    from raysub.dashboard import NoDashboard, tunnel
+
+    found = find_job(job, base, attempt)
+    try:
+        way = tunnel(found, ssh_login(login_host), local_port)
+    except NoDashboard as error:
+        raise click.ClickException(str(error)) from error
+    click.echo(way.to_json() if as_json else way.describe())
+
+
 @click.command()
 @job_options
 @follow_option("Redraw as new snapshots arrive, until the job ends.")

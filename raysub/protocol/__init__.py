@@ -38,6 +38,8 @@ JOB_ID = re.compile(r"[0-9]+(?:_[0-9]+)?")
 # Signal files, each written once and atomically (temp file + rename) unless said otherwise.
 CANARY = "raysub_canary"  # batch script: a token every node must read back (shared-filesystem check)
 STARTED_RAY_HEAD = "STARTED_RAY_HEAD"  # head: "<ip>:<gcs port>" once the GCS answers and the raylet is up
+# head: "<host>:<port>" of Ray's dashboard, published with STARTED_RAY_HEAD (none with --no-dashboard)
+DASHBOARD = "dashboard_address"
 WORKER_UNITS = "ray_worker_units"  # head sidecar: live GPUs (or nodes with --gpus-per-node 0); rewritten
 SANDBOX_READY_PREFIX = "SANDBOX_READY_"  # sandbox on <host>: its port answers; file name ends with the host
 DRIVER_STARTED = "DRIVER_STARTED"  # head: the driver runs; from now on a node whose Ray exits ends the job
@@ -189,6 +191,7 @@ CONTAINER_OPTIONS = (
     "--container-workdir=",
     CONTAINER_NAME_OPTION,
 )
+CONTAINER_FLAGS = ("--no-container-mount-home",)  # whole lines, with no value
 
 # How Ray authenticates (--auth): a per-job token, or not at all. The head's unit counter checks it.
 AuthMode = Literal["token", "none"]
@@ -584,7 +587,7 @@ class LogDir:
         container from the same image with the same mounts, as the unnamed worker containers are."""
         options = (read_trusted(self.file(CONTAINER_ARGS)) or "").splitlines()
         for option in options:
-            if not option.startswith(CONTAINER_OPTIONS):
+            if option not in CONTAINER_FLAGS and not option.startswith(CONTAINER_OPTIONS):
                 raise UntrustedFile(
                     f"refusing {self.file(CONTAINER_ARGS)}: {option!r} is not a container option the job "
                     "writes there; it may have been tampered with"
@@ -603,6 +606,12 @@ class LogDir:
         """The head's ``<ip>:<port>`` (STARTED_RAY_HEAD), None before the head is up."""
         text = read_trusted(self.started_ray_head)
         return None if text is None else text.strip()
+
+    def dashboard_address(self) -> str | None:
+        """Where Ray's dashboard listens, ``<host>:<port>`` (DASHBOARD); None before the head is up, and in
+        a job without a dashboard."""
+        text = read_trusted(self.file(DASHBOARD))
+        return None if text is None else text.strip() or None
 
     def write_container_args(self, options: Iterable[str]) -> None:
         write_atomic(self.file(CONTAINER_ARGS), "".join(f"{option}\n" for option in options))

@@ -13,6 +13,7 @@ from raysub.protocol import (
     AUTH_TOKEN,
     CANARY,
     CONTAINER_ARGS,
+    DASHBOARD,
     DRIVER_EXIT_CODE,
     DRIVER_FINISHED,
     DRIVER_GATE_DIR,
@@ -157,6 +158,13 @@ FILES = (
     ),
     FileDoc(
         (STARTED_RAY_HEAD,), "head", "`<ip>:<gcs port>`", "0600", "workers join it; attach's `RAY_ADDRESS`"
+    ),
+    FileDoc(
+        (DASHBOARD,),
+        "head, with the dashboard (not `--no-dashboard`)",
+        "`<host>:<port>` of Ray's dashboard, written with `STARTED_RAY_HEAD`",
+        "0600",
+        "`raysub dashboard` and `submit` say how to reach it",
     ),
     FileDoc(
         (WORKER_UNITS,),

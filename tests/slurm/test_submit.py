@@ -1,9 +1,14 @@
-"""raysub submit on the minicluster (issue 26, item 2): the stages in order and the driver's exit code with
---wait; a held job's pending reason, in submit's line and in raysub status."""
+"""raysub submit on the minicluster (issue 26, items 2 and 3): the stages in order and the driver's exit
+code with --wait; a held job's pending reason, in submit's line and in raysub status; the dashboard line,
+and raysub dashboard's address and token header reaching the job's own dashboard."""
 
+import getpass
+import json
 import queue
 import subprocess
 import threading
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import IO
 
@@ -47,8 +52,52 @@ def test_submit_wait_shows_the_stages_in_order_and_exits_with_the_drivers_code(
     assert said == f"raysub: submitted job {job_id}; its logs go to {slurm_tmp / f'{job_id}-logs'}"
     assert stages[-1] == "finished with exit code 3", stages
     assert "driver running" in stages, stages
+    dashboard = next(line for line in stages if line.startswith("dashboard: "))
+    stages.remove(dashboard)
     indexes = [stage_index(line) for line in stages]
     assert indexes == sorted(indexes), stages
+    assert_clean(minicluster, job_id)
+
+
+def http_status(url: str, headers: dict[str, str]) -> int:
+    """The HTTP status of a GET of ``url`` (an http:// URL this module builds)."""
+    request = urllib.request.Request(url, headers=headers)  # noqa: S310
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310
+            return int(response.status)
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
+def test_the_dashboard_line_and_raysub_dashboard_lead_to_the_jobs_own_dashboard(
+    minicluster: MiniCluster, slurm_tmp: Path
+) -> None:
+    """On shared nodes the dashboard's port is the job's own (--ports block): only the head knows it."""
+    driver = ["python", "-c", "import time; time.sleep(600)"]
+    submitted = minicluster.run(
+        "raysub", "submit", *JOB, "--no-exclusive", "--", *driver, cwd=slurm_tmp, timeout=300
+    )
+    job_id = submitted.stdout.strip()
+    try:
+        stages = submitted.stderr.splitlines()[1:]
+        dashboard = next(line for line in stages if line.startswith("dashboard: "))
+        assert stages.index(dashboard) < stages.index("driver running"), stages
+        found = json.loads(
+            minicluster.run(
+                "raysub", "dashboard", job_id, "--json", "--login-host", "login", cwd=slurm_tmp
+            ).stdout
+        )
+        address = found["address"]
+        assert dashboard == f"dashboard: http://{address} (from your laptop: raysub dashboard {job_id})"
+        assert not address.endswith(":8265"), "a shared node's dashboard takes a port of the job's block"
+        assert found["ssh"] == f"ssh -N -L 8265:{address} {getpass.getuser()}@login"
+        # What the laptop's end of the tunnel reaches, asked here directly: the header is the key.
+        jobs_api = f"http://{address}/api/jobs/"
+        assert http_status(jobs_api, {"Authorization": found["header"].partition(": ")[2]}) == 200
+        assert http_status(jobs_api, {}) in (401, 403)
+    finally:
+        minicluster.run("scancel", job_id, check=False)
+    minicluster.wait(job_id)
     assert_clean(minicluster, job_id)
 
 

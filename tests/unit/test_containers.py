@@ -38,8 +38,16 @@ def run_job(tmp_path: Path, spec: JobSpec, env: dict[str, str] | None = None) ->
         shutil.rmtree(f"/tmp/rsc{JOB_ID}", ignore_errors=True)
 
 
-def mounts(log_dir: Path, extra: str = "") -> str:
-    return f"--container-mounts={log_dir}:{log_dir}{extra}"
+def mounts(log_dir: Path, extra: str = "", submit_dir: bool = True) -> str:
+    """The mounts of a step: the submit directory first (with the job's image and no --container-workdir),
+    then LOG_DIR, then --container-mounts."""
+    submit = log_dir.parent.parent  # <submit dir>/runs/<jobid>-logs
+    first = f"{submit}:{submit}," if submit_dir else ""
+    return f"--container-mounts={first}{log_dir}:{log_dir}{extra}"
+
+
+def workdir(log_dir: Path) -> str:
+    return f"--container-workdir={log_dir.parent.parent}"
 
 
 # For each combination: the container options each step must carry, but the head's name (checked apart).
@@ -49,8 +57,8 @@ COMBINATIONS: dict[str, tuple[dict[str, object], Expected]] = {
     "image": (
         {"container_image": IMAGE},
         lambda d: {
-            "head.sh": [IMAGE_OPTION + IMAGE, mounts(d)],
-            "worker.sh": [IMAGE_OPTION + IMAGE, mounts(d)],
+            "head.sh": [IMAGE_OPTION + IMAGE, mounts(d), workdir(d)],
+            "worker.sh": [IMAGE_OPTION + IMAGE, mounts(d), workdir(d)],
         },
     ),
     "image, mounts and workdir": (
@@ -62,7 +70,7 @@ COMBINATIONS: dict[str, tuple[dict[str, object], Expected]] = {
         lambda d: {
             step: [
                 IMAGE_OPTION + IMAGE,
-                mounts(d, ",/lustre:/lustre,/d:/data:ro"),
+                mounts(d, ",/lustre:/lustre,/d:/data:ro", submit_dir=False),
                 "--container-workdir=/w s",
             ]
             for step in ("head.sh", "worker.sh")
@@ -71,20 +79,25 @@ COMBINATIONS: dict[str, tuple[dict[str, object], Expected]] = {
     "image, sandbox on the head in it": (
         {"container_image": IMAGE, "sandbox": sandbox()},
         lambda d: {
-            step: [IMAGE_OPTION + IMAGE, mounts(d)] for step in ("head.sh", "worker.sh", "sandbox.sh")
+            step: [IMAGE_OPTION + IMAGE, mounts(d), workdir(d)]
+            for step in ("head.sh", "worker.sh", "sandbox.sh")
         },
     ),
     "image, sandbox image on every node": (
         {"container_image": IMAGE, "sandbox": sandbox("all", SANDBOX_IMAGE)},
         lambda d: {
-            "head.sh": [IMAGE_OPTION + IMAGE, mounts(d)],
-            "worker.sh": [IMAGE_OPTION + IMAGE, mounts(d)],
-            "sandbox.sh": [IMAGE_OPTION + SANDBOX_IMAGE, mounts(d)],
+            "head.sh": [IMAGE_OPTION + IMAGE, mounts(d), workdir(d)],
+            "worker.sh": [IMAGE_OPTION + IMAGE, mounts(d), workdir(d)],
+            "sandbox.sh": [IMAGE_OPTION + SANDBOX_IMAGE, mounts(d, submit_dir=False)],
         },
     ),
     "sandbox image only": (
         {"sandbox": sandbox("all", SANDBOX_IMAGE)},
-        lambda d: {"head.sh": [], "worker.sh": [], "sandbox.sh": [IMAGE_OPTION + SANDBOX_IMAGE, mounts(d)]},
+        lambda d: {
+            "head.sh": [],
+            "worker.sh": [],
+            "sandbox.sh": [IMAGE_OPTION + SANDBOX_IMAGE, mounts(d, submit_dir=False)],
+        },
     ),
 }
 
@@ -152,7 +165,38 @@ def test_attach_sh_and_raysub_attach_run_the_same_srun(tmp_path: Path) -> None:
     assert [a for a in worker if a.startswith("--container-")] == [
         IMAGE_OPTION + IMAGE,
         mounts(logs.path, ",/lustre:/lustre"),
+        workdir(logs.path),
     ]
+
+
+def test_every_step_takes_the_users_srun_options_and_leaves_home_out_when_asked(tmp_path: Path) -> None:
+    """--mpi and --srun-arg go to every step (ray.sub's --mpi=pmix); --no-container-mount-home to every
+    container, the sandbox's own image's too, and to raysub attach's (it reads the head's options)."""
+    spec = spec_of(
+        container_image=IMAGE,
+        container_mount_home=False,
+        sandbox=sandbox("all", SANDBOX_IMAGE),
+        mpi="pmix",
+        srun_args=("--cpu-bind=none", "--network=single_node_vni"),
+    )
+    job = run_job(tmp_path, spec)
+    assert sorted(job.steps) == ["head.sh", "sandbox.sh", "worker.sh"]
+    for script, step in job.steps.items():
+        assert step.options("--mpi") == ["--mpi=pmix"], script
+        assert step.options("--cpu-bind") + step.options("--network") == [
+            "--cpu-bind=none",
+            "--network=single_node_vni",
+        ], script
+        assert step.options("--no-container-mount-home") == ["--no-container-mount-home"], script
+    logs = job.log_dir
+    logs.started_ray_head.write_text("127.0.0.1:6379\n")
+    assert "--no-container-mount-home" in attach_command(Job(JOB_ID, 0, logs), None, 0, [])
+
+
+def test_without_those_options_steps_carry_neither(tmp_path: Path) -> None:
+    job = run_job(tmp_path, spec_of(container_image=IMAGE))
+    for script, step in job.steps.items():
+        assert step.options("--mpi") == step.options("--no-container-mount-home") == [], script
 
 
 @pytest.mark.parametrize("scope", ["global", "job", None])
@@ -167,14 +211,18 @@ def test_the_head_container_is_removed_under_global_scope(tmp_path: Path, scope:
         assert not removed.exists()
 
 
-@pytest.mark.parametrize("log_dir", ["runs,1", "a:b"])
-def test_a_log_dir_pyxis_cannot_mount_is_refused(tmp_path: Path, log_dir: str) -> None:
-    spec = spec_of(container_image=IMAGE, log_dir=log_dir)
-    script = tmp_path / "job.sub"
+@pytest.mark.parametrize(
+    ("log_dir", "submit_dir"), [("runs,1", "submit"), ("a:b", "submit"), ("{tmp}/logs", "sub,mit")]
+)
+def test_a_directory_pyxis_cannot_mount_is_refused(tmp_path: Path, log_dir: str, submit_dir: str) -> None:
+    """LOG_DIR, and the submit directory that the containers start in, are mounted at their own paths."""
+    spec = spec_of(container_image=IMAGE, log_dir=log_dir.format(tmp=tmp_path))
+    submit = tmp_path / submit_dir
+    submit.mkdir()
+    script = submit / "job.sub"
     script.write_text(render(spec))
-    done = run(
-        ["bash", str(script)], {**environment(spec, JOB_ID, tmp_path), "HOME": str(tmp_path)}, tmp_path
-    )
+    env = {**environment(spec, JOB_ID, tmp_path), "HOME": str(tmp_path), "SLURM_SUBMIT_DIR": str(submit)}
+    done = run(["bash", str(script)], env, submit)
     assert done.returncode == 1
-    assert "which pyxis --container-mounts cannot take; pass --log-dir" in done.stderr
+    assert "which pyxis --container-mounts cannot take; pass --log-dir or --container-workdir" in done.stderr
     assert not list(tmp_path.glob("*.argv")), "no step may start"

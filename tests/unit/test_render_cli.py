@@ -50,6 +50,18 @@ from tests.conftest import RunCli
         (["--nodes", "2", "--sandbox-command", "serve"], "--sandbox-command"),
         (["--nodes", "2", "--sandbox-port", "80"], "--sandbox-port"),
         (["--nodes", "2", "--sbatch-arg", "qos=high"], "--sbatch-arg"),
+        (["--nodes", "2", "--srun-arg", "cpu-bind=none"], "--srun-arg"),
+        (["--nodes", "2", "--srun-arg", "--cpu-bind none"], "--srun-arg"),
+        (["--nodes", "2", "--srun-arg", "--mpi=pmix"], "--srun-arg"),
+        (["--nodes", "2", "--srun-arg", "--nodelist=n1"], "--srun-arg"),
+        (["--nodes", "2", "--srun-arg", "-w", "--", "true"], "--srun-arg"),
+        (["--nodes", "2", "--srun-arg", "--nodel=n1"], "--srun-arg"),
+        (["--nodes", "2", "--srun-arg", "--export=NONE"], "--srun-arg"),
+        (["--nodes", "2", "--srun-arg", "--container-image=x"], "--srun-arg"),
+        (["--nodes", "2", "--mpi", "pmix v4"], "--mpi"),
+        (["--nodes", "2", "--container-workdir", "/w"], "--container-workdir"),
+        (["--nodes", "2", "--container-mounts", "/a:/a"], "--container-mounts"),
+        (["--nodes", "2", "--no-container-mount-home"], "--no-container-mount-home"),
     ],
 )
 def test_bad_values_exit_2_with_one_line_naming_the_option(
@@ -83,6 +95,43 @@ def test_a_large_job_whose_head_also_runs_work_is_warned_of(
     assert (warning in result.stderr) == warned, result.stderr
     if warned:
         assert "--dedicated-head" in result.stderr and "--head-partition" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("arg", "said"),
+    [
+        ("--mpi=pmix", "'--mpi=pmix' sets --mpi, which raysub controls in every step: use raysub's --mpi"),
+        (
+            "--nodel=n1",
+            "'--nodel=n1' sets --nodelist, which raysub controls in every step; it cannot be changed",
+        ),
+        ("-c4", "'-c4' sets -c, which raysub controls in every step: use raysub's --cpus-per-task"),
+    ],
+)
+def test_an_srun_arg_raysub_sets_names_what_to_use_instead(raysub_cli: RunCli, arg: str, said: str) -> None:
+    result = raysub_cli("render", "--nodes", "2", f"--srun-arg={arg}", "--", "true")
+    assert result.code == 2
+    assert said in result.stderr
+
+
+def test_srun_args_that_raysub_does_not_set_pass_and_the_sandbox_image_takes_mount_home(
+    raysub_cli: RunCli,
+) -> None:
+    for args in (
+        ["--srun-arg=--cpu-bind=none", "--srun-arg=--gres-flags=enforce-binding", "--mpi=pmi2"],
+        ["--sandbox-command", "serve", "--sandbox-port", "9000", "--sandbox-container", "img"],
+        [
+            "--sandbox-command",
+            "serve",
+            "--sandbox-port",
+            "9000",
+            "--sandbox-container",
+            "img",
+            "--no-container-mount-home",
+        ],
+    ):
+        result = raysub_cli("render", "--nodes", "2", *args, "--", "true")
+        assert result.code == 0, (args, result.stderr)
 
 
 def test_render_prints_the_script_and_nothing_else(raysub_cli: RunCli) -> None:
@@ -290,6 +339,7 @@ def test_help_teaches_with_an_example_for_every_command(raysub_cli: RunCli) -> N
     assert isinstance(cli, click.Group)
     assert sorted(cli.commands) == [
         "attach",
+        "dashboard",
         "health",
         "logs",
         "monitor",

@@ -217,7 +217,8 @@ for ((attempt = 0; attempt <= 2; attempt++)); do
   ((attempt > 0)) || preflight_gate 8
   clean_temp_dir
   # The dashboard (and its Jobs API) listens on the head's cluster address, not on every interface.
-  DASHBOARD_ARGS=(--dashboard-host="$ip" --dashboard-port=8265)
+  DASHBOARD_PORT=8265
+  DASHBOARD_ARGS=(--dashboard-host="$ip" --dashboard-port="$DASHBOARD_PORT")
   # Once, after --setup: that may be what puts Ray's Python on PATH (sbatch --export=NONE and a venv).
   if ((attempt == 0)); then count_units "$HEAD_ADDRESS_FILE" & fi
   start_ray --head --port="$GCS_PORT" --ray-client-server-port=8001 \
@@ -233,6 +234,8 @@ if ((!ready)); then
   die "Ray did not start after 3 attempts; see ray-head.log"
 fi
 publish "$HEAD_ADDRESS_FILE" "$address"
+# Before STARTED_RAY_HEAD, so that whoever sees the head ready (raysub submit, dashboard) finds it too.
+publish "${LOG_DIR}/dashboard_address" "$ip":"$DASHBOARD_PORT"
 publish "${LOG_DIR}/STARTED_RAY_HEAD" "$address"
 timeline head_ready "$address"
 log "Ray head ready at ${address}"
