@@ -48,6 +48,35 @@ def attempts(base: Path, job_id: str) -> list[Job]:
     return sorted((j for j in found if j.job_id == job_id), key=lambda j: j.attempt)
 
 
+# Shell completion offers at most this many job ids of the job index (which keeps every job ever run).
+KNOWN_IDS_MAX = 50
+
+
+def known_ids(base: Path, index: Path | None = None) -> list[str]:
+    """The job ids a JOB argument may name, for shell completion: those with a LOG_DIR under ``base``,
+    newest first, then the newest KNOWN_IDS_MAX of the job index whose LOG_DIR is still there; each once.
+    Never raises: an unreadable place adds none."""
+    here: list[tuple[float, str]] = []
+    try:
+        for path in base.iterdir():
+            match = _ATTEMPT_DIR.fullmatch(path.name)
+            if match:
+                here.append((path.stat().st_mtime, match["job"]))
+    except OSError:
+        pass
+    try:
+        entries = protocol.read_job_index(index or protocol.job_index_path())
+    except OSError:
+        entries = []
+    indexed: list[str] = []
+    for entry in reversed(entries):  # the index is oldest first
+        if len(indexed) == KNOWN_IDS_MAX:
+            break
+        if entry.job_id not in indexed and entry.log_dir.is_dir():
+            indexed.append(entry.job_id)
+    return list(dict.fromkeys([job_id for _, job_id in sorted(here, reverse=True)] + indexed))
+
+
 def _pick(found: list[Job], attempt: int | None, where: Path) -> Job:
     if attempt is None:
         return found[-1]

@@ -63,3 +63,16 @@ def load_profile(name: str, paths: list[Path] | None = None) -> tuple[dict[str, 
             raise ProfileError(f"{path}: profiles.{name} must be a table")
         return {key.replace("-", "_"): value for key, value in profile.items()}, path
     raise ProfileError(f"no profile {name!r} in {' or '.join(str(p) for p in paths)}")
+
+
+def profile_names(paths: list[Path] | None = None) -> list[str]:
+    """The names of the profiles in the files of ``paths`` (default: the search path), for shell
+    completion; a file that cannot be read adds none."""
+    names: list[str] = []
+    for path in search_path() if paths is None else paths:
+        try:
+            profiles = read_toml(path).get("profiles", {}) if path.is_file() else {}
+        except ProfileError:
+            continue
+        names += [name for name in profiles if isinstance(profiles, dict) and name not in names]
+    return names

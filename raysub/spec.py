@@ -767,17 +767,7 @@ class JobSpec:
             raise SpecError("--job-name", f"{self.job_name!r} is empty or has a newline or control character")
         if self.time is not None and not _SLURM_TIME.fullmatch(self.time):
             raise SpecError("--time", f"{self.time!r} is not a Slurm time such as 30, 4:00:00 or 1-12")
-        for arg in self.sbatch_args:
-            option = arg.partition("=")[0]
-            if not arg.startswith("-") or _CONTROL.search(arg) or re.search(r"\s", option):
-                raise SpecError(
-                    "--sbatch-arg",
-                    f"{arg!r} must be one sbatch option such as --qos=high, on one line, "
-                    "with its value after '='",
-                )
-            owned = owned_option(option, SBATCH_OWNED, SBATCH_EXACT)
-            if owned is not None:
-                raise SpecError("--sbatch-arg", _owned_message(arg, owned, SBATCH_OWNED[owned], "the header"))
+        passed_options("--sbatch-arg", self.sbatch_args, "sbatch", "--qos=high", SBATCH_OWNED, SBATCH_EXACT)
 
     def _check_ray_start_args(self) -> None:
         """No --ray-start-arg may set what raysub sets on every node."""
@@ -793,17 +783,7 @@ class JobSpec:
         """Every step's srun options (--srun-arg, --mpi) and the job's container options."""
         if self.mpi is not None and not _MPI.fullmatch(self.mpi):
             raise SpecError("--mpi", f"{self.mpi!r} is not an MPI plugin name such as pmix, pmi2 or none")
-        for arg in self.srun_args:
-            option = arg.partition("=")[0]
-            if not arg.startswith("-") or _CONTROL.search(arg) or re.search(r"\s", option):
-                raise SpecError(
-                    "--srun-arg",
-                    f"{arg!r} must be one srun option such as --cpu-bind=none, on one line, with its "
-                    "value after '='",
-                )
-            owned = owned_option(option, SRUN_OWNED)
-            if owned is not None:
-                raise SpecError("--srun-arg", _owned_message(arg, owned, SRUN_OWNED[owned], "every step"))
+        passed_options("--srun-arg", self.srun_args, "srun", "--cpu-bind=none", SRUN_OWNED)
         containers = self.container_image is not None or (self.sandbox and self.sandbox.container)
         given = (
             ("--container-mounts", self.container_mounts is not None, self.container_image is not None),
@@ -952,6 +932,30 @@ def owned_option(option: str, owned: Mapping[str, object], exact: tuple[str, ...
     if len(option) < 3 or option in exact:
         return None
     return next((name for name in owned if name.startswith(option)), None)
+
+
+def passed_options(
+    flag: str,
+    args: tuple[str, ...],
+    program: str,
+    example: str,
+    owned: Mapping[str, str | None],
+    exact: tuple[str, ...] = (),
+) -> None:
+    """Each of ``args``, given with ``flag``, must be one option of ``program`` (sbatch, srun) on one line,
+    and none that raysub sets itself: those name the raysub option to use instead, if any."""
+    where = {"sbatch": "the header", "srun": "every step"}[program]
+    for arg in args:
+        option = arg.partition("=")[0]
+        if not arg.startswith("-") or _CONTROL.search(arg) or re.search(r"\s", option):
+            raise SpecError(
+                flag,
+                f"{arg!r} must be one {program} option such as {example}, on one line, with its value "
+                "after '='",
+            )
+        name = owned_option(option, owned, exact)
+        if name is not None:
+            raise SpecError(flag, _owned_message(arg, name, owned[name], where))
 
 
 def _owned_message(arg: str, owned: str, instead: str | None, where: str) -> str:

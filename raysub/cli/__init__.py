@@ -29,6 +29,26 @@ def cli() -> None:
     """
 
 
+@click.command()
+@click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))
+def completion(shell: str) -> None:
+    """Print the script that makes SHELL complete raysub's commands and options, job ids and profiles.
+
+    Job ids come from the log directories under --log-dir (or the current directory) and the job index;
+    profiles from ./raysub.toml and ~/.config/raysub/raysub.toml. bash needs version 4.4 or later.
+
+    \b
+    Example:
+      eval "$(raysub completion bash)"          # in ~/.bashrc
+      raysub completion fish > ~/.config/fish/completions/raysub.fish
+    """
+    from click.shell_completion import get_completion_class
+
+    complete = get_completion_class(shell)
+    assert complete is not None  # one of click's own shells
+    click.echo(complete(cli, {}, "raysub", "_RAYSUB_COMPLETE").source())
+
+
 for command in (
     authoring.render,
     authoring.submit,
@@ -43,6 +63,7 @@ for command in (
     keeping.health,
     keeping.watch,
     smoke.smoke,
+    completion,
 ):
     cli.add_command(command)
 

@@ -10,7 +10,15 @@ import click
 from click.core import ParameterSource
 
 from raysub import plan as planning
-from raysub.cli.options import F, json_option, option, size_options, spec_option, write_output
+from raysub.cli.options import (
+    F,
+    complete_profile,
+    json_option,
+    option,
+    size_options,
+    spec_option,
+    write_output,
+)
 from raysub.profiles import ProfileError, load_profile
 from raysub.protocol import AuthMode, LogDir, PreflightMode
 from raysub.spec import (
@@ -361,7 +369,9 @@ def profile_keys(command: click.Command) -> dict[str, click.Parameter]:
     "(docs/smoke.md).",
 )
 @option(
-    "--profile", help="Take defaults from [profiles.NAME] in ./raysub.toml or ~/.config/raysub/raysub.toml."
+    "--profile",
+    help="Take defaults from [profiles.NAME] in ./raysub.toml or ~/.config/raysub/raysub.toml.",
+    shell_complete=complete_profile,
 )
 @click.option(
     "--output", "-o", type=click.Path(dir_okay=False, path_type=Path), help="Write here, not stdout."

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
+from click.shell_completion import CompletionItem
 
 from raysub import plan as planning
 from raysub.spec import JobSpec
@@ -108,6 +109,21 @@ def log_dir_option(default: str, help_text: str) -> Callable[[F], F]:
     return option("--log-dir", "base", type=path, show_default=default, help=help_text)
 
 
+def complete_job(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
+    """Shell completion of JOB: the job ids under --log-dir (or here) and in the job index, newest first."""
+    from raysub.jobs import known_ids
+
+    base = ctx.params.get("base") or Path.cwd()
+    return [CompletionItem(job_id) for job_id in known_ids(base) if job_id.startswith(incomplete)]
+
+
+def complete_profile(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
+    """Shell completion of --profile: the profiles of ./raysub.toml and ~/.config/raysub/raysub.toml."""
+    from raysub.profiles import profile_names
+
+    return [CompletionItem(name) for name in profile_names() if name.startswith(incomplete)]
+
+
 def job_options(func: F) -> F:
     """JOB and the options that find its LOG_DIR (--log-dir, --attempt); :func:`find_job` takes them."""
     func = click.option(
@@ -118,7 +134,7 @@ def job_options(func: F) -> F:
         "The base directory of the job's <jobid>-logs directories. A job id is looked for here, then in "
         "the current directory, the job index and Slurm's record of the job.",
     )(func)
-    return click.argument("job", required=False)(func)
+    return click.argument("job", required=False, shell_complete=complete_job)(func)
 
 
 def find_job(job: str | None, base: Path | None, attempt: int | None) -> "Job":

@@ -339,6 +339,7 @@ def test_help_teaches_with_an_example_for_every_command(raysub_cli: RunCli) -> N
     assert isinstance(cli, click.Group)
     assert sorted(cli.commands) == [
         "attach",
+        "completion",
         "dashboard",
         "health",
         "logs",

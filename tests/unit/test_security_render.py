@@ -42,9 +42,10 @@ def test_auth_none_warns_and_says_so_in_the_header(raysub_cli: RunCli) -> None:
 
 def test_dashboard_binds_to_the_head_address_unless_told(raysub_cli: RunCli) -> None:
     head = embedded(script_of(raysub_cli), "head.sh")
-    assert 'DASHBOARD_ARGS=(--dashboard-host="$ip" --dashboard-port=8265)' in head
+    assert "DASHBOARD_PORT=8265\n" in head
+    assert 'DASHBOARD_ARGS=(--dashboard-host="$ip" --dashboard-port="$DASHBOARD_PORT")' in head
     head = embedded(script_of(raysub_cli, "--dashboard-host", "127.0.0.1"), "head.sh")
-    assert "DASHBOARD_ARGS=(--dashboard-host=127.0.0.1 --dashboard-port=8265)" in head
+    assert 'DASHBOARD_ARGS=(--dashboard-host=127.0.0.1 --dashboard-port="$DASHBOARD_PORT")' in head
     head = embedded(script_of(raysub_cli, "--no-dashboard"), "head.sh")
     assert "DASHBOARD_ARGS=(--include-dashboard=false)" in head
     assert "0.0.0.0" not in script_of(raysub_cli)  # noqa: S104 (checking that nothing binds there)
