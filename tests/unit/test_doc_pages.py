@@ -1,7 +1,7 @@
 """The pages a user reads first hold: every `sh` block of docs/quickstart.md runs as written (one after the
 other, in one directory, with this checkout's raysub first on PATH), unless its first line says what it
-needs that a test cannot have; every relative link of README.md and docs/ names a file that exists, and
-its #anchor a heading there."""
+needs that a test cannot have; every relative link of README.md, CHANGELOG.md and docs/ names a file that
+exists, and its #anchor a heading there."""
 
 import os
 import re
@@ -18,7 +18,7 @@ QUICKSTART = REPO / "docs" / "quickstart.md"
 NEEDS = ("# needs: a Slurm cluster", "# needs: network")
 BLOCK = re.compile(r"^```sh\n(.*?)^```$", re.MULTILINE | re.DOTALL)
 LINK = re.compile(r"\]\(([^)\s]+)\)")
-PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+PAGES = [REPO / "README.md", REPO / "CHANGELOG.md", *sorted((REPO / "docs").glob("*.md"))]
 
 
 def blocks(page: Path) -> list[str]:
