@@ -45,9 +45,12 @@ parser reads every form: with or without a header, units in the header or on the
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
+import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -222,24 +225,34 @@ Query = Callable[[Sequence[str]], Optional[Answer]]
 
 def nvidia_smi(args: Sequence[str], timeout: float) -> Answer | None:
     """Runs ``nvidia-smi ARGS``, for ``timeout`` seconds at most (a GPU that fell off the bus can make it
-    hang for minutes); None when there is no nvidia-smi on PATH."""
+    hang for minutes); None when there is no nvidia-smi on PATH. One that does not answer in time is
+    killed and abandoned, never waited for: subprocess.run's timeout would kill it and then wait for it to
+    end and for its output to close, and a process stuck in the GPU driver (uninterruptible) ends only when
+    the driver lets it, as may anything it started that holds its output."""
     path = shutil.which("nvidia-smi")
     if path is None:
         return None
     try:
-        done = subprocess.run(
+        child = subprocess.Popen(
             [path, *args],
-            capture_output=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
             errors="replace",
-            timeout=timeout,
-            check=False,
+            start_new_session=True,  # its own process group, to kill whatever it started with it
         )
-    except subprocess.TimeoutExpired:
-        return Answer(None, "", timeout)
     except OSError as error:
         return Answer(126, str(error))
-    return Answer(done.returncode, done.stdout if done.stdout.strip() else done.stderr)
+    try:
+        out, err = child.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(OSError):
+            os.killpg(child.pid, signal.SIGKILL)
+        for stream in (child.stdout, child.stderr):
+            if stream is not None:
+                stream.close()
+        return Answer(None, "", timeout)
+    return Answer(child.returncode, out if out.strip() else err)
 
 
 # ---- the checks ----

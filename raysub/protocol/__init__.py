@@ -335,6 +335,36 @@ def check_trusted(path: Path, st: os.stat_result) -> None:
         )
 
 
+# How long a Python writer waits for its flock, as the bash writers' 'flock -w 10': a lock that is never
+# released (its holder stuck on a hung NFS client, or a lock the server lost track of) must not stop the
+# head's unit counter for ever. Then the line is written without it, one write, as where flock fails.
+LOCK_WAIT_S = 10.0
+
+
+def lock_within(fd: int, path: Path) -> bool:
+    """An exclusive flock on ``fd`` (the open ``path``), taken within LOCK_WAIT_S seconds. When it cannot
+    be had (held that long, or flock fails), False, after saying on stderr which file and why."""
+    deadline = time.monotonic() + LOCK_WAIT_S
+    pause = 0.01
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                print(
+                    f"raysub: {path} stayed locked {LOCK_WAIT_S:g} s; written without the lock",
+                    file=sys.stderr,
+                )
+                return False
+            time.sleep(min(pause, left))
+            pause = min(pause * 2, 0.5)
+        except OSError as error:
+            print(f"raysub: {path} written without a lock: {error.strerror or error}", file=sys.stderr)
+            return False
+
+
 def read_trusted(path: Path) -> str | None:
     """``path``'s text, after checking that only its owner (the job's user) could have written it; None
     when it does not exist. Raises UntrustedFile otherwise."""
@@ -567,14 +597,11 @@ class LogDir:
 
     def append_timeline(self, phase: str, node: str, detail: str) -> None:
         """One timeline line, under the same flock as the bash writers (so lines stay whole and in time
-        order); written unlocked where flock fails (NFSv3 without lockd: ENOLCK; Lustre mounted noflock),
-        as the bash writers do."""
+        order); written unlocked where flock fails (NFSv3 without lockd: ENOLCK; Lustre mounted noflock)
+        or is not had within LOCK_WAIT_S, as the bash writers do."""
         mode = log_file_mode(self.path)
         with create(self.file(TIMELINE_LOCK), mode) as held:
-            try:
-                fcntl.flock(held, fcntl.LOCK_EX)
-            except OSError as error:
-                print(f"raysub: timeline written without a lock: {error}", file=sys.stderr)
+            lock_within(held.fileno(), self.file(TIMELINE_LOCK))
             with create(self.file(TIMELINE), mode) as out:
                 out.write(TimelineEvent(time.time(), phase, node, detail).line())
 

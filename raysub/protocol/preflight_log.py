@@ -16,9 +16,7 @@ the gate's contract with the node scripts: its exit status when it fails the job
 
 from __future__ import annotations
 
-import fcntl
 import json
-import sys
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -168,12 +166,9 @@ class Check:
 def append_check(path: Path, check: Check) -> None:
     """Appends ``check``'s line in one write, holding an flock on the file (NFS clients emulate O_APPEND,
     so the lock keeps nodes that append at once from overwriting each other); written unlocked where
-    flock fails, as the timeline's writers do."""
+    flock fails or is not had within protocol.LOCK_WAIT_S, as the timeline's writers do."""
     with protocol.create(path, protocol.log_file_mode(path.parent)) as out:
-        try:
-            fcntl.flock(out.fileno(), fcntl.LOCK_EX)
-        except OSError as error:
-            print(f"raysub: {path.name} written without a lock: {error}", file=sys.stderr)
+        protocol.lock_within(out.fileno(), path)
         out.write(check.line())
 
 

@@ -1,12 +1,17 @@
 """Each LOG_DIR format: its Python writer and reader agree, the reader survives what a reader may meet (a
 partial line, garbage), and what the bash writers wrote in a real run of the batch script reads back."""
 
+import fcntl
 import os
 import shutil
+import time
 from pathlib import Path
 
+import pytest
+
 from raysub import protocol
-from raysub.protocol import LogDir, NodeEntry
+from raysub.protocol import LogDir, NodeEntry, preflight_log
+from raysub.protocol.preflight_log import Check
 from tests.support.batch import NODES, job_spec, run_batch_script
 
 
@@ -91,3 +96,28 @@ def test_what_the_batch_script_writes_reads_back(tmp_path: Path) -> None:
         (protocol.PHASE_JOB_START, NODES[0], "attempt 0"),
         (protocol.PHASE_ENDED, NODES[0], reason),
     ]
+
+
+@pytest.mark.parametrize("writer", ["timeline", "preflight"])
+def test_a_lock_held_for_ever_delays_a_python_writer_only_so_long(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], writer: str
+) -> None:
+    """As the bash writers' flock -w 10: a lock nobody releases (a stuck NFS client holds it) costs
+    LOCK_WAIT_S, then the line is written without it and stderr names the file."""
+    monkeypatch.setattr(protocol, "LOCK_WAIT_S", 0.3)
+    logs = LogDir(tmp_path)
+    locked = logs.file(protocol.TIMELINE_LOCK if writer == "timeline" else protocol.PREFLIGHT)
+    with locked.open("a") as holder:
+        fcntl.flock(holder, fcntl.LOCK_EX)  # another open file: flock makes it wait as another process
+        started = time.monotonic()
+        if writer == "timeline":
+            logs.append_timeline(protocol.PHASE_DRIVER_START, "n1", "")
+        else:
+            preflight_log.append_check(logs.preflight, Check(1.0, "n1", 1, True, (), (), "ok"))
+        waited = time.monotonic() - started
+    assert 0.3 <= waited < 5
+    assert f"raysub: {locked} stayed locked 0.3 s; written without the lock" in capsys.readouterr().err
+    if writer == "timeline":
+        assert [e.phase for e in logs.timeline()] == [protocol.PHASE_DRIVER_START]
+    else:
+        assert [c.node for c in preflight_log.read_checks(logs.preflight)] == ["n1"]

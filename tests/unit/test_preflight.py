@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -432,6 +433,19 @@ def test_the_program_ends_the_job_with_nvidia_smis_failure(
     assert done.returncode == preflight_log.GATE_FAILED
     assert done.stdout.startswith(f"nvidia-smi exited with status {status}: {words}")
     assert done.stdout.count("\n") == 1
+
+
+def test_a_hung_nvidia_smi_ends_the_gate_within_its_timeout(tmp_path: Path, scenarios: Path) -> None:
+    """It is killed and left, never waited for: subprocess.run's timeout waited for its output to close,
+    which a child of it (or the process itself, stuck in the driver) kept open for ten minutes."""
+    (scenarios / "node3").write_text("fail hang\n")
+    started = time.monotonic()
+    done = run(tmp_path, scenarios, "node3", "--mode=fail", "--nvidia-smi-timeout=1")
+    assert time.monotonic() - started < 30
+    assert (done.returncode, done.stdout) == (
+        preflight_log.GATE_FAILED,
+        "nvidia-smi did not answer within 1 s\n",
+    )
 
 
 def test_the_fake_speaks_the_forms_of_the_samples(tmp_path: Path) -> None:
