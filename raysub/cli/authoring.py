@@ -151,7 +151,7 @@ def profile_keys(command: click.Command) -> dict[str, click.Parameter]:
 )
 @spec_option(
     "--container-mount-home/--no-container-mount-home",
-    help="Mount your home directory into the containers (pyxis' default); ray.sub mounts it not.",
+    help="Mount your home directory into the containers (pyxis' default); ray.sub leaves it out.",
 )
 @option(
     "--setup", help="Shell command run on every node before each ray start, e.g. 'source venv/bin/activate'."
