@@ -74,5 +74,6 @@ def profile_names(paths: list[Path] | None = None) -> list[str]:
             profiles = read_toml(path).get("profiles", {}) if path.is_file() else {}
         except ProfileError:
             continue
-        names += [name for name in profiles if isinstance(profiles, dict) and name not in names]
+        if isinstance(profiles, dict):  # else not a table of profiles: load_profile says so
+            names += [name for name in profiles if name not in names]
     return names

@@ -69,6 +69,8 @@ def test_profiles_and_commands_complete(here: Path) -> None:
 def test_an_unreadable_profile_file_or_index_offers_nothing_and_never_fails(here: Path) -> None:
     (here / "raysub.toml").write_bytes(b"[profiles.caf\xe9]\n")
     assert profile_names() == []
+    (here / "raysub.toml").write_text("profiles = 5\n")
+    assert profile_names() == []
     assert jobs.known_ids(here / "missing", here / "no-index") == []
 
 
