@@ -3,7 +3,9 @@
 Run by the head and worker scripts as ``python -m raysub.node.preflight --log-dir DIR --node NAME --gpus N
 --mode warn|fail [--min-free-gpu-mem MIB] [--wait-gpus SECONDS] --first-pause S --max-pause S
 --nvidia-smi-timeout S``, before Ray starts on the node (the head passes the timings). It asks
-nvidia-smi for the GPUs (GPU_QUERY) and for the processes on them (APPS_QUERY), and finds:
+nvidia-smi for the GPUs (GPU_QUERY) and for the processes on them (APPS_QUERY), keeps the job's GPUs
+(given_gpus: by CUDA_VISIBLE_DEVICES, else Slurm's GPU list; the node's others are said as information),
+and finds:
 
 - error: nvidia-smi fails (driver not loaded, no devices, driver/library version mismatch, ...: its own
   words); fewer GPUs than ``--gpus``; a GPU that any process holds (every compute process there is before
@@ -77,6 +79,10 @@ GPU_FIELDS = (
 APP_FIELDS = ("pid", "process_name", "used_memory", "gpu_uuid")
 GPU_QUERY = (f"--query-gpu={','.join(GPU_FIELDS)}", "--format=csv")
 APPS_QUERY = (f"--query-compute-apps={','.join(APP_FIELDS)}", "--format=csv")
+LIST_QUERY = ("--list-gpus",)  # asked only when the job's GPUs are MIG devices, to find their GPUs
+# Where the job's GPUs are named, first found first (Slurm sets all three when it manages the node's GPUs:
+# CUDA_VISIBLE_DEVICES as CUDA and Ray will count them, the others as its global indexes).
+GIVEN_GPUS = ("CUDA_VISIBLE_DEVICES", "SLURM_STEP_GPUS", "SLURM_JOB_GPUS")
 # Header names that differ from the field asked for (nvidia-smi heads a column with the canonical name).
 GPU_ALIASES = {"gpu_name": "name", "gpu_uuid": "uuid"}
 APP_ALIASES = {"used_gpu_memory": "used_memory", "name": "process_name"}
@@ -198,6 +204,132 @@ def attach(gpus: Sequence[Gpu], processes: Sequence[Process]) -> tuple[list[Gpu]
     return held, [p for p in processes if p.gpu_uuid not in uuids]
 
 
+LISTED_GPU = re.compile(r"GPU (\d+): .* \(UUID: (GPU-[^)\s]+)\)")
+LISTED_MIG = re.compile(r"\s+MIG .*Device\s+\d+: \(UUID: (MIG-[^)\s]+)\)")
+
+
+def parse_mig_devices(answer: str) -> dict[str, int]:
+    """Each MIG device in an answer to ``nvidia-smi -L`` (LIST_QUERY), by its UUID, with the index of the
+    GPU it is a slice of: the devices are listed, indented, under their GPU's line."""
+    parents: dict[str, int] = {}
+    parent = None
+    for line in answer.splitlines():
+        gpu, mig = LISTED_GPU.match(line), LISTED_MIG.match(line)
+        if gpu is not None:
+            parent = int(gpu.group(1))
+        elif mig is not None and parent is not None:
+            parents[mig.group(1)] = parent
+    return parents
+
+
+# ---- the job's GPUs ----
+
+
+@dataclass(frozen=True)
+class Given:
+    """The GPUs this job was given on this node, of those nvidia-smi lists."""
+
+    gpus: list[Gpu]  # the job's GPUs, in index order: whole, or cut into MIG devices it was given
+    devices: int  # how many devices the job has here: a whole GPU or a MIG device each
+    sliced: frozenset[int] = frozenset()  # the GPUs (indexes) the job has MIG devices of
+    findings: tuple[Finding, ...] = ()
+    named: str = ""  # where the job's GPUs are named, e.g. "CUDA_VISIBLE_DEVICES=0,1"; "" for all GPUs
+
+
+class _Devices:
+    """Finds the GPU a device name of CUDA_VISIBLE_DEVICES means: an index (nvidia-smi's, which Slurm's
+    global indexes are too: both count in PCI bus order), a GPU UUID or a MIG device's UUID, each UUID
+    or a unique start of one, as CUDA takes them."""
+
+    def __init__(self, gpus: Sequence[Gpu], query: Query) -> None:
+        self.gpus, self.query = gpus, query
+        self.findings: list[Finding] = []
+        self._migs: dict[str, int] | None = None
+
+    def migs(self) -> dict[str, int]:
+        if self._migs is None:
+            answer = self.query(LIST_QUERY)
+            failure = "nvidia-smi is gone" if answer is None else answer.failure()
+            if answer is None or failure is not None:
+                self.findings.append(Finding("warn", None, f"cannot list the MIG devices: {failure}"))
+                self._migs = {}
+            else:
+                self._migs = parse_mig_devices(answer.output)
+        return self._migs
+
+    def find(self, name: str) -> list[Gpu] | None:
+        """The GPUs ``name`` may mean (one when it is known); None when it is no device name at all."""
+        if name.isdigit():
+            return [gpu for gpu in self.gpus if gpu.index == int(name)]
+        if name.startswith("GPU-"):
+            return [gpu for gpu in self.gpus if gpu.uuid and gpu.uuid.startswith(name)]
+        if name.startswith("MIG-"):
+            parents = [index for uuid, index in self.migs().items() if uuid.startswith(name)]
+            return [gpu for gpu in self.gpus if len(parents) == 1 and gpu.index == parents[0]]
+        return None
+
+
+def _mixed_models(gpus: Sequence[Gpu], names: Sequence[str], environ: Mapping[str, str]) -> list[Finding]:
+    """CUDA numbers GPUs fastest first unless CUDA_DEVICE_ORDER=PCI_BUS_ID, nvidia-smi and Slurm in PCI
+    bus order: the same order only where all GPUs are one model."""
+    models = {gpu.name for gpu in gpus}
+    if len(models) < 2 or environ.get("CUDA_DEVICE_ORDER") == "PCI_BUS_ID":
+        return []
+    if not any(name.isdigit() for name in names):
+        return []
+    reason = (
+        f"the node's GPUs are of {len(models)} models and CUDA_DEVICE_ORDER is not PCI_BUS_ID: CUDA may "
+        "number them otherwise than nvidia-smi, whose numbers are judged"
+    )
+    return [Finding("info", None, reason)]
+
+
+def given_gpus(gpus: Sequence[Gpu], environ: Mapping[str, str], query: Query) -> Given:
+    """The job's GPUs among ``gpus``: those CUDA_VISIBLE_DEVICES names (CUDA and Ray use no others), else
+    SLURM_STEP_GPUS or SLURM_JOB_GPUS, else all of them. The others are the node's, and said as
+    information. Under a device cgroup (Slurm's ConstrainDevices) nvidia-smi lists only the job's GPUs
+    while CUDA_VISIBLE_DEVICES numbers them from 0: as many GPUs listed as named, but other numbers,
+    are all the job's."""
+    variable = next((name for name in GIVEN_GPUS if name in environ), None)
+    if variable is None:
+        return Given(list(gpus), len(gpus))
+    named = f"{variable}={environ[variable]}"
+    names = [name.strip() for name in environ[variable].split(",")] if environ[variable].strip() else []
+    devices = _Devices(gpus, query)
+    mine: dict[int, Gpu] = {}
+    sliced, missing, count = set(), [], 0
+    for name in names:
+        found = devices.find(name)
+        if found is None:
+            reason = f"{named}: {name!r} is no GPU index or UUID, and CUDA uses only the devices before it"
+            devices.findings.append(Finding("warn", None, reason))
+            break
+        if len(found) != 1:
+            missing.append(name)
+            continue
+        mine[found[0].index], count = found[0], count + 1
+        if name.startswith("MIG-"):
+            sliced.add(found[0].index)
+    findings = [*devices.findings, *_mixed_models(gpus, names, environ)]
+    if missing and len(gpus) == len(names) and all(name.isdigit() for name in names):
+        listed = _count(len(gpus), "GPU")
+        reason = f"nvidia-smi lists only {listed}, numbered otherwise than {named}: all are this job's"
+        return Given(list(gpus), len(gpus), findings=(*findings, Finding("info", None, reason)), named=named)
+    findings += [
+        Finding("error", None, f"{named} names {name}, which nvidia-smi does not list") for name in missing
+    ]
+    others = [gpu for gpu in gpus if gpu.index not in mine]
+    if others:
+        held = sum(len(gpu.processes) for gpu in others)
+        busy = f"; {_count(held, 'process', 'es')} run on them" if held else ""
+        listing = ", ".join(str(gpu.index) for gpu in others)
+        findings.append(
+            Finding("info", None, f"GPUs {listing} are not this job's ({named}): not judged{busy}")
+        )
+    chosen = sorted(mine.values(), key=lambda gpu: gpu.index)
+    return Given(chosen, count, frozenset(sliced), tuple(findings), named)
+
+
 # ---- running nvidia-smi ----
 
 
@@ -258,23 +390,39 @@ def nvidia_smi(args: Sequence[str], timeout: float) -> Answer | None:
 # ---- the checks ----
 
 
-def judge(gpu: Gpu, min_free_mib: float) -> list[Finding]:
-    """What is wrong with one GPU: someone else's processes, too little free memory, readings it lacks."""
-    findings = []
-    if gpu.processes:
-        biggest = sorted(gpu.processes, key=lambda p: -(p.used_mib or 0.0))
-        more = f" and {_count(len(biggest) - 1, 'more process', 'es')}" if len(biggest) > 1 else ""
-        findings.append(Finding("error", gpu.index, f"GPU {gpu.index} is held by {biggest[0].label()}{more}"))
+def _holders(gpu: Gpu) -> str:
+    """``pid 4242 (python3, 30000 MiB) and 2 more processes``: the biggest process on the GPU first."""
+    biggest = sorted(gpu.processes, key=lambda p: -(p.used_mib or 0.0))
+    more = f" and {_count(len(biggest) - 1, 'more process', 'es')}" if len(biggest) > 1 else ""
+    return biggest[0].label() + more
+
+
+def _memory(gpu: Gpu, min_free_mib: float) -> list[Finding]:
     free = gpu.free_mib
     if free is None:
         reason = f"GPU {gpu.index} does not report its memory use: its free memory is unchecked"
-        findings.append(Finding("warn", gpu.index, reason))
-    elif free < min_free_mib:
+        return [Finding("warn", gpu.index, reason)]
+    if free < min_free_mib:
         reason = (
             f"GPU {gpu.index} has {free:.0f} MiB free of {gpu.mem_total_mib:.0f} MiB, "
             f"less than --min-free-gpu-mem {min_free_mib:.0f}"
         )
-        findings.append(Finding("error", gpu.index, reason))
+        return [Finding("error", gpu.index, reason)]
+    return []
+
+
+def judge(gpu: Gpu, min_free_mib: float, sliced: bool = False) -> list[Finding]:
+    """What is wrong with one GPU: someone else's processes, too little free memory, readings it lacks.
+    A GPU the job has only MIG devices of (``sliced``) is not judged by its processes and memory, which
+    its other MIG devices share: nvidia-smi does not say which device a process runs on."""
+    if sliced:
+        shared = f"GPU {gpu.index} is cut into MIG devices, some of them maybe another job's"
+        who = f": {_holders(gpu)} runs on one of them" if gpu.processes else ""
+        findings = [Finding("info", gpu.index, f"{shared}{who}; its processes and memory are unchecked")]
+    else:
+        findings = _memory(gpu, min_free_mib)
+        if gpu.processes:
+            findings.insert(0, Finding("error", gpu.index, f"GPU {gpu.index} is held by {_holders(gpu)}"))
     if gpu.util_pct is None:
         reason = (
             f"GPU {gpu.index} does not report its utilisation (as with MIG enabled); its score counts it busy"
@@ -291,8 +439,11 @@ def _processes(query: Query) -> tuple[list[Process], list[Finding]]:
     return parse_processes(answer.output), []
 
 
-def observe(query: Query, wanted: int, min_free_mib: float) -> tuple[list[Gpu], list[Finding]]:
-    """One check: the GPUs nvidia-smi lists, with their processes, and the findings."""
+def observe(
+    query: Query, wanted: int, min_free_mib: float, environ: Mapping[str, str] | None = None
+) -> tuple[list[Gpu], list[Finding]]:
+    """One check: the job's GPUs (given_gpus: all that nvidia-smi lists when ``environ`` names none), with
+    their processes, and the findings."""
     answer = query(GPU_QUERY)
     if answer is None:
         return [], [Finding("info", None, "nvidia-smi not found")]
@@ -300,18 +451,21 @@ def observe(query: Query, wanted: int, min_free_mib: float) -> tuple[list[Gpu], 
     if failure is not None:
         return [], [Finding("error", None, failure)]
     processes, findings = _processes(query)
-    gpus, strays = attach(parse_gpus(answer.output), processes)
-    for gpu in gpus:
-        findings += judge(gpu, min_free_mib)
+    listed, strays = attach(parse_gpus(answer.output), processes)
+    given = given_gpus(listed, environ or {}, query)
+    findings += given.findings
+    for gpu in given.gpus:
+        findings += judge(gpu, min_free_mib, gpu.index in given.sliced)
     for process in strays:
         reason = (
             f"{process.label()} runs on {process.gpu_uuid or 'an unknown device'}, none of the GPUs listed"
         )
         findings.append(Finding("warn", None, reason))
-    if len(gpus) < wanted:
-        reason = f"{_count(len(gpus), 'GPU')} visible, the job asked for {wanted} per node"
+    if given.devices < wanted:
+        named = f" ({given.named})" if given.named else ""
+        reason = f"{_count(given.devices, 'GPU')} visible{named}, the job asked for {wanted} per node"
         findings.append(Finding("error", None, reason))
-    return gpus, findings
+    return given.gpus, findings
 
 
 def verdict(findings: Sequence[Finding], mode: str) -> str:
@@ -335,9 +489,10 @@ def gate(
     query: Query | None = None,
     clock: Callable[[], float] = time.time,
     sleep: Callable[[float], None] = time.sleep,
+    environ: Mapping[str, str] | None = None,
 ) -> Check:
-    """Checks the GPUs until no error remains or --wait-gpus has passed; each check goes to preflight.jsonl.
-    Returns the last check."""
+    """Checks the job's GPUs (named in ``environ``: given_gpus) until no error remains or --wait-gpus has
+    passed; each check goes to preflight.jsonl. Returns the last check."""
     path = protocol.LogDir(args.log_dir).preflight
     query = query or functools.partial(nvidia_smi, timeout=args.nvidia_smi_timeout)
     deadline = clock() + args.wait_gpus
@@ -345,7 +500,7 @@ def gate(
     count = 0
     while True:
         count += 1
-        gpus, findings = observe(query, args.gpus, args.min_free_gpu_mem)
+        gpus, findings = observe(query, args.gpus, args.min_free_gpu_mem, environ)
         now = clock()
         final = now >= deadline or not any(f.severity == "error" for f in findings)
         check = Check(
@@ -416,7 +571,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.mode == "off":
         return 0
     try:
-        check = gate(args)
+        check = gate(args, environ=os.environ)
     except Exception as error:  # its last word, on one line: the node script ends the job with it
         print(*f"{type(error).__name__}: {error}".split(), flush=True)
         raise

@@ -40,15 +40,18 @@ class FakeSmi:
     """Answers the gate's two queries: the GPU query with ``gpus``, the compute-apps query with the next of
     ``apps`` (the last one for ever after); None for a node without nvidia-smi."""
 
-    def __init__(self, gpus: Answer | None, *apps: Answer) -> None:
+    def __init__(self, gpus: Answer | None, *apps: Answer, listing: Answer | None = None) -> None:
         self.gpus = gpus
         self.apps = list(apps) or [Answer(0, sample("apps-none.csv"))]
+        self.listing = listing  # the answer to -L
         self.calls: list[Sequence[str]] = []
 
     def __call__(self, args: Sequence[str]) -> Answer | None:
         self.calls.append(args)
         if self.gpus is None or tuple(args) == preflight.GPU_QUERY:
             return self.gpus
+        if tuple(args) == preflight.LIST_QUERY:
+            return self.listing
         assert tuple(args) == preflight.APPS_QUERY
         return self.apps.pop(0) if len(self.apps) > 1 else self.apps[0]
 
@@ -378,12 +381,16 @@ def scenarios(tmp_path: Path) -> Iterator[Path]:
     yield directory
 
 
-def run(log_dir: Path, scenarios: Path, node: str, *args: str) -> subprocess.CompletedProcess[str]:
+def run(
+    log_dir: Path, scenarios: Path, node: str, *args: str, gpus: int = 2, given: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """The program on ``node``, with CUDA_VISIBLE_DEVICES=``given`` when it is not None."""
     env = {
-        **os.environ,
+        **{key: value for key, value in os.environ.items() if key not in preflight.GIVEN_GPUS},
         "PATH": f"{FAKES}{os.pathsep}{os.environ['PATH']}",
         "FAKE_NVIDIA_SMI_DIR": str(scenarios),
         "SLURMD_NODENAME": node,
+        **({} if given is None else {"CUDA_VISIBLE_DEVICES": given}),
     }
     argv = [
         sys.executable,
@@ -391,7 +398,7 @@ def run(log_dir: Path, scenarios: Path, node: str, *args: str) -> subprocess.Com
         "raysub.node.preflight",
         f"--log-dir={log_dir}",
         f"--node={node}",
-        "--gpus=2",
+        f"--gpus={gpus}",
         *TIMING,
         *args,
     ]
@@ -448,6 +455,156 @@ def test_a_hung_nvidia_smi_ends_the_gate_within_its_timeout(tmp_path: Path, scen
     )
 
 
+def eight_gpus_half_taken() -> str:
+    """A scenario: 8 H100s, another job's trainer on each of GPUs 4-7."""
+    gpus = [f"gpu {i}, GPU-0000000{i}-0000-4000-8000-000000000000, {H100}, 0, 1, 81559, 30, 70.00, 700.00"
+            for i in range(8)]  # fmt: skip
+    apps = [f"app {4000 + i}, /usr/bin/python3, 30000, GPU-0000000{i}-0000-4000-8000-000000000000"
+            for i in range(4, 8)]  # fmt: skip
+    return "\n".join([*gpus, *apps]) + "\n"
+
+
+def test_only_the_jobs_gpus_are_judged(tmp_path: Path, scenarios: Path) -> None:
+    """Another job holds GPUs 4-7 of a shared node: CUDA_VISIBLE_DEVICES=0,1,2,3 passes, 2,3,4,5 fails on
+    GPU 4; the GPUs that are not the job's are said, and left out of preflight.jsonl."""
+    (scenarios / "shared").write_text(eight_gpus_half_taken())
+    ours = run(tmp_path, scenarios, "shared", "--mode=fail", gpus=4, given="0,1,2,3")
+    assert (ours.returncode, ours.stdout) == (0, ""), ours.stderr
+    assert (
+        "info: GPUs 4, 5, 6, 7 are not this job's (CUDA_VISIBLE_DEVICES=0,1,2,3): not judged; "
+        "4 processes run on them" in ours.stderr
+    )
+    straddling = run(tmp_path, scenarios, "shared", "--mode=fail", gpus=4, given="2,3,4,5")
+    assert (straddling.returncode, straddling.stdout) == (
+        preflight_log.GATE_FAILED,
+        f"GPU 4 is held by pid 4004 (python3, 30000 MiB) (1 more in {protocol.PREFLIGHT})\n",
+    )
+    whole_node = run(tmp_path, scenarios, "shared", "--mode=fail", gpus=8)
+    assert whole_node.returncode == preflight_log.GATE_FAILED
+    checks = preflight_log.read_checks(tmp_path / protocol.PREFLIGHT)
+    assert [[gpu.index for gpu in check.gpus] for check in checks] == [
+        [0, 1, 2, 3],
+        [2, 3, 4, 5],
+        [*range(8)],
+    ]
+    assert [check.verdict for check in checks] == ["ok", "fail", "fail"]
+
+
+def test_the_jobs_gpus_by_uuid_by_slurm_and_under_a_device_cgroup() -> None:
+    gpus = preflight.parse_gpus(sample("gpus.csv"))
+
+    def given(**environ: str) -> preflight.Given:
+        return preflight.given_gpus(gpus, environ, FakeSmi(None))
+
+    assert [gpu.index for gpu in given().gpus] == [0, 1, 2, 3, 4, 5, 6, 7]
+    assert given().findings == ()
+    by_uuid = given(CUDA_VISIBLE_DEVICES=f"{UUID3},{gpus[5].uuid}")
+    assert ([gpu.index for gpu in by_uuid.gpus], by_uuid.devices) == ([3, 5], 2)
+    # a unique start of a UUID is enough for CUDA; one that starts several names no GPU
+    unlike = [replace(gpu, uuid=f"GPU-{gpu.index}{gpu.uuid}") for gpu in gpus]
+    assert [gpu.index for gpu in preflight.given_gpus(unlike, {"CUDA_VISIBLE_DEVICES": "GPU-3"},
+                                                      FakeSmi(None)).gpus] == [3]  # fmt: skip
+    assert given(CUDA_VISIBLE_DEVICES=UUID3[:12]).findings[0] == Finding(
+        "error", None, f"CUDA_VISIBLE_DEVICES={UUID3[:12]} names {UUID3[:12]}, which nvidia-smi does not list"
+    )
+    # Slurm's global indexes when CUDA_VISIBLE_DEVICES is not set; CUDA_VISIBLE_DEVICES first
+    assert [gpu.index for gpu in given(SLURM_STEP_GPUS="6,7", SLURM_JOB_GPUS="0").gpus] == [6, 7]
+    assert [gpu.index for gpu in given(CUDA_VISIBLE_DEVICES="1", SLURM_STEP_GPUS="6,7").gpus] == [1]
+    # a device cgroup: nvidia-smi lists only the job's GPUs, CUDA_VISIBLE_DEVICES numbers them from 0
+    two = preflight.given_gpus(gpus[6:], {"CUDA_VISIBLE_DEVICES": "0,1"}, FakeSmi(None))
+    assert ([gpu.index for gpu in two.gpus], two.devices) == ([6, 7], 2)
+    assert two.findings == (
+        Finding(
+            "info", None, "nvidia-smi lists only 2 GPUs, numbered otherwise than CUDA_VISIBLE_DEVICES=0,1: "
+            "all are this job's"
+        ),
+    )  # fmt: skip
+
+
+def test_a_gpu_the_job_names_but_nvidia_smi_does_not_list_fails() -> None:
+    environ = {"CUDA_VISIBLE_DEVICES": "6,9"}
+    gpus, findings = preflight.observe(FakeSmi(ok("gpus.csv")), 2, 1024, environ)
+    assert [gpu.index for gpu in gpus] == [6]
+    errors = [f.reason for f in findings if f.severity == "error"]
+    assert errors == [
+        "CUDA_VISIBLE_DEVICES=6,9 names 9, which nvidia-smi does not list",
+        "1 GPU visible (CUDA_VISIBLE_DEVICES=6,9), the job asked for 2 per node",
+    ]
+
+
+def test_a_name_cuda_cannot_read_ends_the_list_as_in_cuda() -> None:
+    """CUDA uses the devices before a name it cannot read (old Slurm's 'NoDevFiles', a typo)."""
+    given = preflight.given_gpus(preflight.parse_gpus(sample("gpus.csv")), {"CUDA_VISIBLE_DEVICES": "2,x,3"},
+                                 FakeSmi(None))  # fmt: skip
+    assert ([gpu.index for gpu in given.gpus], given.devices) == ([2], 1)
+    assert given.findings[0] == Finding(
+        "warn",
+        None,
+        "CUDA_VISIBLE_DEVICES=2,x,3: 'x' is no GPU index or UUID, and CUDA uses only the devices before it",
+    )
+    empty = preflight.given_gpus(preflight.parse_gpus(sample("gpus.csv")), {"CUDA_VISIBLE_DEVICES": ""},
+                                 FakeSmi(None))  # fmt: skip
+    assert (empty.gpus, empty.devices) == ([], 0)
+
+
+def test_gpus_of_several_models_numbered_by_index_are_said() -> None:
+    gpus = preflight.parse_gpus(sample("gpus.csv"))
+    mixed = [*gpus[:4], *(replace(gpu, name="NVIDIA L40S") for gpu in gpus[4:])]
+    given = preflight.given_gpus(mixed, {"CUDA_VISIBLE_DEVICES": "0,1"}, FakeSmi(None))
+    assert "CUDA_DEVICE_ORDER is not PCI_BUS_ID" in given.findings[0].reason
+    ordered = {"CUDA_VISIBLE_DEVICES": "0,1", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+    assert not any(
+        "CUDA_DEVICE_ORDER" in f.reason for f in preflight.given_gpus(mixed, ordered, FakeSmi(None)).findings
+    )
+
+
+# ---- MIG devices (tests/fixtures/nvidia-smi/list-*.txt are real nvidia-smi -L answers) ----
+
+
+def test_nvidia_smi_list_gives_each_mig_device_its_gpu() -> None:
+    seven = preflight.parse_mig_devices(sample("list-mig.txt"))
+    assert len(seven) == 7 and set(seven.values()) == {0}
+    assert seven["MIG-1aae4990-b962-574e-8375-119d6d9b9687"] == 0
+    mixed = preflight.parse_mig_devices(sample("list-mig-mixed.txt"))
+    assert (len(mixed), set(mixed.values())) == (4, {0})
+    old_form = (
+        "GPU 1: A100-SXM4-40GB (UUID: GPU-e91edf3b)\n  MIG 3g.20gb Device 0: (UUID: MIG-GPU-e91edf3b/1/0)\n"
+    )
+    assert preflight.parse_mig_devices(old_form) == {"MIG-GPU-e91edf3b/1/0": 1}
+
+
+def mig_node() -> str:
+    """A scenario of list-mig-mixed.txt's node: GPU 0 cut into 4 MIG devices, another job on one of them."""
+    listed = [line for line in sample("list-mig-mixed.txt").splitlines() if line.startswith("GPU")]
+    gpus = []
+    for line in listed:
+        index, rest = line[4:].split(": ", 1)
+        name, uuid = rest.rsplit(" (UUID: ", 1)
+        util = "[N/A]" if index == "0" else "0"
+        gpus.append(f"gpu {index}, {uuid.rstrip(')')}, {name}, {util}, 9000, 81920, 30, 70.00, 400.00")
+    migs = [f"mig 0, 1g.20gb, {uuid}" for uuid in preflight.parse_mig_devices(sample("list-mig-mixed.txt"))]
+    apps = [f"app 5150, /usr/bin/python3, 9000, {gpus[0].split(', ')[1]}"]
+    return "\n".join([*gpus, *migs, *apps]) + "\n"
+
+
+def test_a_job_of_mig_devices_counts_its_devices(tmp_path: Path, scenarios: Path) -> None:
+    """Two MIG devices of GPU 0 and whole GPU 1: 3 devices; another job's process on GPU 0 may be on a MIG
+    device of its own, so it is said, not failed."""
+    (scenarios / "mig").write_text(mig_node())
+    migs = list(preflight.parse_mig_devices(sample("list-mig-mixed.txt")))
+    given = f"{migs[0]},{migs[1][:12]},{sample('list-mig-mixed.txt').split('UUID: ')[6][:40]}"
+    done = run(tmp_path, scenarios, "mig", "--mode=fail", gpus=3, given=given)
+    assert (done.returncode, done.stdout) == (0, ""), done.stderr
+    assert (
+        "GPU 0 is cut into MIG devices, some of them maybe another job's: pid 5150 (python3, 9000 MiB)"
+        in (done.stderr)
+    )
+    (check,) = preflight_log.read_checks(tmp_path / protocol.PREFLIGHT)
+    assert [gpu.index for gpu in check.gpus] == [0, 1]
+    too_few = run(tmp_path, scenarios, "mig", "--mode=fail", gpus=7, given=migs[0])
+    assert too_few.stdout == f"1 GPU visible (CUDA_VISIBLE_DEVICES={migs[0]}), the job asked for 7 per node\n"
+
+
 def test_the_fake_speaks_the_forms_of_the_samples(tmp_path: Path) -> None:
     """The fake, given the samples' readings as a scenario, prints the samples byte for byte."""
     rows = [f"gpu {line}" for line in sample("gpus-noheader-nounits.csv").splitlines()]
@@ -469,6 +626,12 @@ def test_the_fake_speaks_the_forms_of_the_samples(tmp_path: Path) -> None:
     (tmp_path / "default").write_text("\n".join([*rows, "apps-for 1"]) + "\n")
     assert fake(apps_query, "csv") == sample("apps.csv")
     assert fake(apps_query, "csv") == sample("apps-none.csv")
+    # -L, as the real samples show it
+    (tmp_path / "default").write_text(mig_node())
+    listing = subprocess.run(
+        [str(FAKES / "nvidia-smi"), "-L"], env=env, capture_output=True, text=True, check=True
+    )
+    assert listing.stdout == sample("list-mig-mixed.txt")
     bad = subprocess.run([str(FAKES / "nvidia-smi"), "--query-gpu=index,nonsense", "--format=csv"], env=env,
                          capture_output=True, text=True, check=False)  # fmt: skip
     assert (bad.returncode, bad.stdout) == (2, 'Field "nonsense" is not a valid field to query.\n\n')
