@@ -4,16 +4,22 @@ import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from fnmatch import fnmatch
 from pathlib import Path
 
 from raysub import protocol
 from raysub.jobs import Job
+from raysub.protocol import ray_logs
 
 
 @dataclass(frozen=True)
 class Source:
     tag: str
     path: Path
+    kept: bool = False  # one of Ray's logs kept in LOG_DIR/ray-logs (gzipped)
+
+    def text(self) -> str:
+        return ray_logs.read_text(self.path) if self.kept else self.path.read_text(errors="replace")
 
 
 @dataclass(frozen=True)
@@ -85,17 +91,50 @@ def sources(job: Job, selection: Selection) -> list[Source]:
     return [s for s in found if s.path.exists()]
 
 
+def ray_sources(job: Job, selection: Selection, name_glob: str | None) -> list[Source]:
+    """Ray's own logs kept in LOG_DIR/ray-logs: of every node, or of those --head, --worker and --node
+    pick; only the files whose name (or path in Ray's logs directory) matches ``name_glob`` when given."""
+    entries = job.logs.node_map()
+    picked = {
+        entry.node
+        for entry in entries
+        if (selection.head and entry.role == protocol.ROLE_HEAD)
+        or (selection.worker == entry.index and entry.role == protocol.ROLE_WORKER)
+    }
+    picked |= {selection.node} if selection.node else set()
+    return [
+        Source(kept.tag, kept.path, kept=True)
+        for kept in ray_logs.kept_logs(job.logs.path)
+        if (not picked or kept.node in picked)
+        and (
+            name_glob is None
+            or fnmatch(kept.name, name_glob)
+            or fnmatch(kept.name.rsplit("/")[-1], name_glob)
+        )
+    ]
+
+
+def no_ray_logs(log_dir: Path, name_glob: str | None) -> str:
+    """Why ``raysub logs --ray`` has nothing to show."""
+    if name_glob is not None and ray_logs.kept_logs(log_dir):
+        return f"no kept Ray log matches --file {name_glob} (raysub logs --ray lists them all)"
+    where = log_dir / protocol.RAY_LOGS_DIR
+    return (
+        f"no Ray logs in {where}: nodes keep them as they leave, so not while the job runs, and not "
+        "with --keep-ray-logs 0"
+    )
+
+
 def tagged(source: Source, lines: list[str], width: int) -> Iterator[str]:
     for line in lines:
         yield f"{source.tag:<{width}} | {line}"
 
 
-def show(job: Job, selection: Selection, last: int | None, pattern: re.Pattern[str] | None) -> Iterator[str]:
-    """Each selected log in turn: its last ``last`` lines (all with None) that match ``pattern``."""
-    found = sources(job, selection)
+def show(found: list[Source], last: int | None, pattern: re.Pattern[str] | None) -> Iterator[str]:
+    """Each log in turn: its last ``last`` lines (all with None) that match ``pattern``."""
     width = max((len(s.tag) for s in found), default=4)
     for source in found:
-        lines = source.path.read_text(errors="replace").splitlines()
+        lines = source.text().splitlines()
         if pattern is not None:
             lines = [line for line in lines if pattern.search(line)]
         yield from tagged(source, lines[-last:] if last else lines, width)

@@ -123,6 +123,7 @@ def node_programs(spec: JobSpec) -> list[str]:
         "cleanup": spec.driver_restarts > 0,
         "smoke": spec.smoke,
         "driver_gate": spec.starts_driver_early,
+        "ray_logs": spec.keep_ray_logs > 0,
     }
     return [name for name, used in wanted.items() if used]
 

@@ -329,6 +329,7 @@ BOUNDS = (
     Bound("--restart-backoff", "restart_backoff", 1, "second"),
     Bound("--min-free-gpu-mem", "min_free_gpu_mem", 0),
     Bound("--wait-gpus", "wait_gpus", 0),
+    Bound("--keep-ray-logs", "keep_ray_logs", 0),
 )
 
 
@@ -374,6 +375,8 @@ class Timing:
     preflight_max_pause_s: float = 30.0
     # A GPU that fell off the bus can make nvidia-smi hang for minutes.
     nvidia_smi_timeout_s: float = 60.0
+    # ray_logs.py, as a node leaves: well within Slurm's default KillWait (30 s) after a TERM.
+    keep_ray_logs_s: float = 10.0
 
     def program_args(self, program: str) -> list[str]:
         """The timing options of node program ``program`` (raysub/node/<program>.py), as arguments."""
@@ -390,6 +393,7 @@ class Timing:
                 "look": self.cleanup_look_s,
                 "nvidia-smi-timeout": self.nvidia_smi_timeout_s,
             },
+            "ray_logs": {"seconds": self.keep_ray_logs_s},
             "preflight": {
                 "first-pause": self.preflight_first_pause_s,
                 "max-pause": self.preflight_max_pause_s,
@@ -460,6 +464,10 @@ class JobSpec:
     preflight: PreflightMode = "warn"
     min_free_gpu_mem: int = DEFAULT_MIN_FREE_MIB  # MiB
     wait_gpus: int = 0  # seconds
+    # MiB of each node's Ray logs (before compression) kept in LOG_DIR/ray-logs as it leaves; 0: none. An
+    # ordinary run's logs fit (raylet.out grows by a few MB a day); a node whose workers printed much keeps
+    # the newest of it, about a tenth of this once compressed.
+    keep_ray_logs: int = 64
     # The parallel sizes ``nodes`` was computed from (render --tp ... in place of --nodes), else None.
     plan: Plan | None = None
     smoke: bool = False

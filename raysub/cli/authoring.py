@@ -325,6 +325,14 @@ def profile_keys(command: click.Command) -> dict[str, click.Parameter]:
     help="Give busy GPUs this long to free up before the preflight check decides.",
 )
 @spec_option(
+    "--keep-ray-logs",
+    type=int,
+    metavar="MIB",
+    help="As each node leaves, keep this much of its Ray logs (raylet.out, gcs_server.out, the workers' "
+    ".out/.err; before compression, newest first) in LOG_DIR/ray-logs/<node>/, where raysub logs --ray "
+    "and raysub health read them. 0: keep none.",
+)
+@spec_option(
     "--driver-restarts",
     type=int,
     metavar="N",

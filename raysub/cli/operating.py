@@ -89,6 +89,19 @@ def status(
 @click.option("--worker", type=int, metavar="K", help="Worker K's log (ray-worker-K.log).")
 @click.option("--node", metavar="NAME", help="The log of the Ray node on Slurm node NAME.")
 @click.option("--sandbox", is_flag=True, help="The sandbox logs.")
+@click.option(
+    "--ray",
+    is_flag=True,
+    help="Ray's own logs instead (raylet.out, gcs_server.out, the workers' .out/.err, ...), kept in "
+    "LOG_DIR/ray-logs as each node left (--keep-ray-logs); tagged <node>/<file>. With --head, --worker "
+    "or --node: that node's.",
+)
+@click.option(
+    "--file",
+    "name_glob",
+    metavar="GLOB",
+    help="With --ray: only the files whose name matches GLOB, e.g. raylet.out or 'worker-*.err'.",
+)
 @follow_option("Keep printing new lines (new files too) until the job ends.")
 @click.option("--lines", "-n", type=click.IntRange(min=1), help="Only the last N lines of each log.")
 @click.option("--grep", "pattern", metavar="RE", help="Only lines matching this regular expression.")
@@ -101,6 +114,8 @@ def logs(
     worker: int | None,
     node: str | None,
     sandbox: bool,
+    ray: bool,
+    name_glob: str | None,
     follow: bool,
     lines: int | None,
     pattern: str | None,
@@ -108,17 +123,25 @@ def logs(
     """Print JOB's logs as one stream, each line tagged: head, w00, w01, ..., sb0, driver.
 
     Without a choice of log, all of them: the head first, then the workers in order, the sandboxes and
-    the driver. Works while the job runs and after it.
+    the driver. Works while the job runs and after it. With --ray, Ray's own logs of the nodes that
+    have left, such as the raylet's of a node that died.
 
     \b
     Example:
       raysub logs 4711 --worker 3 -n 50
       raysub logs --follow --grep 'ERROR|Traceback'
+      raysub logs 4711 --ray --node node3 --file raylet.out -n 20
     """
     import re
 
-    from raysub.logs import Selection, follow_logs, not_in_job, show
+    from raysub.logs import Selection, follow_logs, no_ray_logs, not_in_job, ray_sources, show, sources
     from raysub.status import JobPoll
+
+    if name_glob is not None and not ray:
+        raise click.UsageError("--file picks among Ray's logs: give --ray with it")
+    if ray and (follow or driver or sandbox):
+        used = "--follow" if follow else "--driver" if driver else "--sandbox"
+        raise click.UsageError(f"--ray shows Ray's logs kept as each node left: {used} does not apply")
 
     found = find_job(job, base, attempt)
     try:
@@ -129,8 +152,15 @@ def logs(
     why = not_in_job(found, selection)
     if why:
         raise click.UsageError(why)
+    if ray:
+        kept = ray_sources(found, selection, name_glob)
+        if not kept:
+            raise click.ClickException(no_ray_logs(found.logs.path, name_glob))
+        for line in show(kept, lines, regex):
+            click.echo(line)
+        return
     if not follow:
-        for line in show(found, selection, lines, regex):
+        for line in show(sources(found, selection), lines, regex):
             click.echo(line)
         return
     for line in follow_logs(found, selection, regex, JobPoll(found).over):

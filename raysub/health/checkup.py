@@ -14,7 +14,7 @@ from enum import IntEnum, StrEnum
 from pathlib import Path
 
 from raysub import protocol
-from raysub.health import gpu_use
+from raysub.health import gpu_use, ray_fatal
 from raysub.health.fatal import fatal_lines
 from raysub.health.nccl import transport_findings, transports_by_node
 from raysub.health.progress import Progress, Throughput
@@ -22,6 +22,7 @@ from raysub.health.stall import DriverTail, median_step_time
 from raysub.jobs import Job
 from raysub.protocol.checkpoints import AmbiguousCheckpoints, latest_checkpoint
 from raysub.protocol.metrics_log import Snapshot, read_snapshots
+from raysub.protocol.ray_logs import kept_logs, read_text
 from raysub.slurm import SlurmState
 
 
@@ -341,6 +342,15 @@ def log_findings(texts: dict[str, str], by_node: dict[str, str | None], gpu_job:
         yield Finding(Severity.WARNING, "nccl", reason)
 
 
+def ray_log_findings(logs: protocol.LogDir) -> Iterator[Finding]:
+    """What Ray's own logs, kept as each node left (--keep-ray-logs), say killed a node's Ray."""
+    for kept in kept_logs(logs.path):
+        if ray_fatal.read_by_name(kept.name):
+            for fatal in ray_fatal.fatal_lines(kept.name, read_text(kept.path)):
+                reason = f"{fatal.kind} in Ray's {fatal.name}"
+                yield Finding(Severity.ERROR, "fatal", reason, node=kept.node, line=fatal.line)
+
+
 def node_health(transports: dict[str, str | None], recent: list[Snapshot]) -> dict[str, NodeHealth]:
     """Each node's transport and GPU use (from the recent snapshots)."""
     use = gpu_use.use_by_node(recent)
@@ -382,6 +392,7 @@ def check(job: Job, slurm: SlurmState, options: Options, now: float | None = Non
     texts = texts_by_node(logs, ip_names)
     by_node = transports_by_node(texts)
     findings += log_findings(texts, by_node, gpu_job=used.get("GPU", {}).get("total", 0) > 0)
+    findings += ray_log_findings(logs)
     recent = [s for s in snapshots if s.t >= now - options.gpu_idle_after]
     found = None
     if options.checkpoint_dir:

@@ -148,6 +148,8 @@ MONITOR_MAX_BYTES = 64 * 2**20
 # check of a node's GPUs, {"t", "node", "check", "final", "gpus": [...], "findings": [...], "verdict"},
 # each appended in one write under an flock on the file itself, so lines from different nodes stay whole.
 PREFLIGHT = "preflight.jsonl"
+# Each node's Ray logs, kept as it leaves: ray-logs/<node>/<name>.gz (raysub/protocol/ray_logs.py).
+RAY_LOGS_DIR = "ray-logs"
 # What the gate does with what it finds: nothing (off), say it (warn), or end the job (fail).
 PreflightMode = Literal["off", "warn", "fail"]
 
@@ -299,11 +301,20 @@ def write_atomic(path: Path, text: str, mode: int = PRIVATE_FILE_MODE) -> None:
     temporary.replace(path)
 
 
-def create(path: Path, mode: int, flags: int = os.O_APPEND) -> IO[str]:
-    """``path`` opened for writing (created with ``mode`` if new, and given ``mode`` either way)."""
+def _open_for_writing(path: Path, mode: int, flags: int) -> int:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | flags, mode)
     os.fchmod(fd, mode)  # the umask may have taken bits that mode asked for
-    return os.fdopen(fd, "w")
+    return fd
+
+
+def create(path: Path, mode: int, flags: int = os.O_APPEND) -> IO[str]:
+    """``path`` opened for writing (created with ``mode`` if new, and given ``mode`` either way)."""
+    return os.fdopen(_open_for_writing(path, mode, flags), "w")
+
+
+def create_binary(path: Path, mode: int, flags: int = os.O_TRUNC) -> IO[bytes]:
+    """``path`` opened for writing bytes, as create opens it for text."""
+    return os.fdopen(_open_for_writing(path, mode, flags), "wb")
 
 
 def log_file_mode(log_dir: Path) -> int:

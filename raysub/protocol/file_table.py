@@ -40,6 +40,7 @@ from raysub.protocol import (
     NODE_PYTHON_DIR,
     PHASE_TEMP_DIR_REPLACED,
     PREFLIGHT,
+    RAY_LOGS_DIR,
     ROLE_HEAD,
     ROLE_WORKER,
     SANDBOX_LOG_PREFIX,
@@ -263,6 +264,15 @@ FILES = (
         '`"final": true` (`raysub/node/preflight.py`)',
         _LOG_MODE_DOC,
         "`raysub status`: shown only",
+    ),
+    FileDoc(
+        (f"{RAY_LOGS_DIR}/<node>/<name>.gz", f"{RAY_LOGS_DIR}/<node>/left-out.tsv"),
+        "every head and worker node, as it leaves (`--keep-ray-logs`)",
+        "Ray's own logs of the node (`raylet.out`, `gcs_server.out`, the workers' `.out`/`.err`, ...), "
+        "gzipped, newest first, up to `--keep-ray-logs` MiB before compression; a file cut to fit keeps "
+        "its end; `left-out.tsv` lists what did not fit (`raysub/protocol/ray_logs.py`)",
+        _LOG_MODE_DOC,
+        "`raysub logs --ray`, `raysub health`: shown only",
     ),
     FileDoc(
         (SMOKE,),

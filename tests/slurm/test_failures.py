@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from raysub import protocol
-from raysub.protocol import LogDir
+from raysub.protocol import LogDir, ray_logs
 from tests.support.minicluster import MiniCluster
 from tests.support.raysub_jobs import assert_clean, job_report, run_job, submit, wait_for
 
@@ -50,6 +50,18 @@ def test_killing_a_workers_ray_ends_the_job_fast_naming_the_node(
     status = json.loads(minicluster.run("raysub", "status", "--json", str(logs.path)).stdout)
     assert (status["phase"], status["ended"]) == ("ended", ended.strip())
     assert_clean(minicluster, job_id)
+    # The dead node's Ray logs are kept, and health quotes what they say of its death.
+    kept = {log.tag for log in ray_logs.kept_logs(logs.path, "node3")}
+    assert {"node3/raylet.out", "node3/ray_process_exit.log"} <= kept, kept
+    checkup = minicluster.run("raysub", "health", "--json", str(logs.path), check=False)
+    assert checkup.returncode == 1, checkup.stderr  # unhealthy
+    health = json.loads(checkup.stdout)
+    died = [f for f in health["findings"] if f["kind"] == "fatal" and f["node"] == "node3"]
+    assert any(
+        "Some Ray subprocesses exited unexpectedly: raylet [exit code=-9" in f["line"] for f in died
+    ), died
+    said = minicluster.run("raysub", "health", str(logs.path), check=False).stdout
+    assert "error: ray_process_died in Ray's ray_process_exit.log on node3" in said, said
 
 
 def test_a_worker_that_never_joins_ends_the_job_at_the_deadline(

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from raysub import protocol
-from raysub.protocol import LogDir
+from raysub.protocol import LogDir, ray_logs
 from tests.support.minicluster import MiniCluster
 from tests.support.raysub_jobs import assert_clean, batch_output, job_report, run_job, submit
 
@@ -54,6 +54,15 @@ def test_driver_sees_every_node_and_runs_a_task_on_each(
     assert logs.ended.read_text() == "driver exited with status 0\n"
     assert minicluster.steps(result.job_id) == (1 if nodes == 1 else 2)
     assert_clean(minicluster, result.job_id)
+    # Ray's own logs outlive the nodes' temp dirs: the head's GCS log, every node's raylet's; a good end
+    # (Ray killed by raysub) leaves no line that says a Ray process died.
+    kept = {log.tag for log in ray_logs.kept_logs(logs.path)}
+    assert "node1/gcs_server.out" in kept, kept
+    assert {f"node{k}/raylet.out" for k in range(1, nodes + 1)} <= kept
+    gcs = ray_logs.read_text(logs.path / protocol.RAY_LOGS_DIR / "node1" / "gcs_server.out.gz")
+    assert "(gcs_server)" in gcs
+    health = minicluster.run("raysub", "health", "--json", str(logs.path))
+    assert not [f for f in json.loads(health.stdout)["findings"] if f["kind"] == "fatal"], health.stdout
 
 
 def test_a_job_at_scale_large_comes_up_whole_on_real_ray_with_the_gcs_timeouts_raised(
@@ -166,3 +175,6 @@ def test_interactive_job_stays_up_and_attach_sh_reaches_the_head(
     minicluster.wait(job_id)
     assert logs.ended.read_text().startswith("cancelled by Slurm (scancel"), logs.ended.read_text()
     assert_clean(minicluster, job_id)
+    # A cancel's TERM leaves each node time to keep its Ray logs.
+    kept = {log.tag for log in ray_logs.kept_logs(logs.path)}
+    assert {"node1/gcs_server.out", "node2/raylet.out"} <= kept, kept

@@ -158,6 +158,7 @@ BELOW_MINIMUM = {
     "--restart-backoff": (0, "must be at least 1 second, not 0"),
     "--min-free-gpu-mem": (-1, "must be 0 or more, not -1"),
     "--wait-gpus": (-1, "must be 0 or more, not -1"),
+    "--keep-ray-logs": (-1, "must be 0 or more, not -1"),
 }
 
 

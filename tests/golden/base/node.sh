@@ -124,6 +124,8 @@ cleanup() {
   # Ray first: it is what must not outlive the job, and Slurm may not wait long.
   stop_child
   kill_strays
+  # Ray's logs, before their temp dir goes (head and workers, with --keep-ray-logs; declared in _ray.sh).
+  if declare -F keep_ray_logs >/dev/null; then keep_ray_logs; fi
   [[ -z $TEMP_DIR ]] || rm -rf -- "$TEMP_DIR"
   # The job's own parent directory (one with the job id in it) goes once the last node has left it.
   [[ -z $TEMP_PARENT ]] || rmdir -- "$TEMP_PARENT" 2>/dev/null || true
@@ -288,6 +290,15 @@ ray_node_args() {
     --dashboard-agent-grpc-port=8267
     --min-worker-port=8300 --max-worker-port=8999
   )
+}
+
+# Ray's own logs (raylet.out, gcs_server.out, the workers' .out/.err) outlive the temp dir they are in
+# only as copies: node.sh's clean-up calls this after Ray is stopped, whatever ended the job (--keep-ray-logs,
+# raysub/node/ray_logs.py). It says what it kept in this node's log; it never fails the clean-up.
+keep_ray_logs() {
+  [[ -n $TEMP_DIR && -d $TEMP_DIR ]] || return 0
+  node_program ray_logs --temp-dir="$TEMP_DIR" --log-dir="$LOG_DIR" --node="$HOST" \
+    --max-mib=64 --seconds=10 || true
 }
 
 # The GPU preflight gate (--preflight warn, raysub/node/preflight.py): this node's GPUs,
