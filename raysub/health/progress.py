@@ -52,7 +52,7 @@ _NOT_TRAINING = re.compile(
 # tqdm's l_bar, bar and counts: "{desc}: {percentage:3.0f}%|{bar}| {n}/{total} [{elapsed}<..., rate]".
 # A line cut after the counts (by a forwarder, or two writers) still shows them whole; its times may be cut.
 _TQDM = r"\d{1,3}%\|[^|]*\| *(?P<step>\d+)/(?P<total>\d+) +\[(?P<times>[^\]]{0,300})(?P<end>\]|$)"
-_ITERATIONS = re.compile(r"(?:\d|\?)(?:it/s|s/it)")  # a bar's unit: iterations, not bytes or examples
+_ITERATIONS = re.compile(r"(?:\d|\?) ?(?:it/s|s/it)")  # a bar's unit: iterations, not bytes or examples
 _TRAINING_BAR = re.compile(r"train|epoch|episode|step|iter|progress|batch|loss", re.IGNORECASE)
 _OPENRLHF_EPOCH_BAR = re.compile(r"train epoch\b", re.IGNORECASE)
 _VALIDATION_BAR = re.compile(rf"^(?:Validati\w*|Validation DataLoader \d+): +{_TQDM}")
@@ -195,8 +195,9 @@ _SECONDS: tuple[tuple[re.Pattern[str], float], ...] = (
     # A trainer's own timer first: tqdm's rate is an average over the last updates, not the last step.
     (re.compile(rf"Finished: 'step', time cost: {_NUMBER}s"), 1.0),  # SkyRL
     (re.compile(rf"\biter time \(s\): {_NUMBER}"), 1.0),  # DeepSpeed's steps line
-    (re.compile(rf"{_NUMBER}s/it\b"), 1.0),  # tqdm
-    (re.compile(rf"{_NUMBER}it/s\b"), -1.0),
+    # tqdm writes "4.10s/it"; other loggers put a space before the unit ("4.1 s/it").
+    (re.compile(rf"{_NUMBER} ?s/it\b"), 1.0),
+    (re.compile(rf"{_NUMBER} ?it/s\b"), -1.0),
     (re.compile(rf"elapsed time per iteration \(ms\): {_NUMBER}"), 0.001),  # Megatron
     (re.compile(rf"timing_s/step:{_NUMBER}"), 1.0),  # verl
     (re.compile(rf"train_step_timing in s: {_NUMBER}"), 1.0),  # NeMo 2.x
