@@ -336,7 +336,7 @@ def _run_charts(job: JobRun, marks: list[Mark], gaps: list[StepGap]) -> str:
         place = {run.number: [(starts[run.number] + p.number, p) for p in run.points] for run in runs}
         axis = (
             "x: the lines of the driver's log, one run after another: its step lines carry no time the job's "
-            "clock can be told from (docs/monitor.md, \u201craysub report\u201d), so none is guessed."
+            "clock can be told from (docs/monitor.md), so none is guessed."
         )
     steps = {run.log: [(x, float(point.step)) for x, point in place[run.number]] for run in runs}
     rates: dict[str, dict[str, list[tuple[float, float]]]] = {}
