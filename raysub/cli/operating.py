@@ -13,6 +13,7 @@ from raysub.cli.options import (
     job_options,
     json_option,
     redraw_interval,
+    step_regex_option,
     write_output,
 )
 
@@ -316,23 +317,26 @@ def monitor(
     show_default=True,
     help="The HTML file to write.",
 )
-def report(job: str | None, base: Path | None, attempt: int | None, output: Path) -> None:
-    """Write one self-contained HTML page of JOB's GPU, memory and CPU over time, and their min/mean/max.
+@step_regex_option
+def report(
+    job: str | None, base: Path | None, attempt: int | None, output: Path, step_regex: str | None
+) -> None:
+    """Write one self-contained HTML page of JOB: its training step and throughput over time, each node's
+    bring-up and the driver's events on the same time axis, then its GPU, memory and CPU over time and
+    their min/mean/max.
 
-    Charts per node and GPU from LOG_DIR/metrics.jsonl. The page needs no network: no scripts, no fonts,
-    nothing fetched; open it anywhere.
+    The steps come from the driver's log, read as raysub health reads them; the bring-up and the events
+    (driver starts, restarts, its end, ENDED and its cause) from LOG_DIR/timeline.jsonl; stretches of 30
+    min or more without a new step are shaded. Where the log's step lines carry no time, the steps are
+    drawn against its lines. The charts per node and GPU come from LOG_DIR/metrics.jsonl. The page needs
+    no network: no scripts, no fonts, nothing fetched; open it anywhere.
 
     \b
     Example:
       raysub report 4711 -o report.html
     """
-    from raysub.monitor import NoReadings, power_caps, snapshots
-    from raysub.report import render_report
+    from raysub.report import job_report
 
     found = find_job(job, base, attempt)
-    try:
-        recorded = snapshots(found)
-    except NoReadings as error:
-        raise click.UsageError(str(error)) from error
-    write_output(output, render_report(f"raysub job {found.job_id}", recorded, power_caps(found)))
-    click.echo(f"{output}: {found.logs.metrics} as charts")
+    write_output(output, job_report(found, step_regex))
+    click.echo(f"{output}: job {found.job_id} ({found.logs.path}) as charts")

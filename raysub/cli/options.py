@@ -204,13 +204,18 @@ def progress_options(stall_help: str) -> Callable[[F], F]:
             metavar="SECONDS",
             help=stall_help,
         )(func)
-        return click.option(
-            "--step-regex",
-            metavar="RE",
-            callback=step_regex,
-            help="How the driver's log shows a training step: a regular expression with a group named "
-            "'step' (and optionally 'total'). Default: the forms verl, NeMo-RL, OpenRLHF, SkyRL, AReaL, "
-            "Megatron, HF, Lightning, DeepSpeed, torchtitan and Ray Train print (docs/health.md).",
-        )(func)
+        return step_regex_option(func)
 
     return decorate
+
+
+def step_regex_option(func: F) -> F:
+    """--step-regex: how the driver's log shows a step (raysub health, watch and report)."""
+    return click.option(
+        "--step-regex",
+        metavar="RE",
+        callback=step_regex,
+        help="How the driver's log shows a training step: a regular expression with a group named "
+        "'step' (and optionally 'total'). Default: the forms verl, NeMo-RL, OpenRLHF, SkyRL, AReaL, "
+        "Megatron, HF, Lightning, DeepSpeed, torchtitan and Ray Train print (docs/health.md).",
+    )(func)

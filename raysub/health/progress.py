@@ -52,7 +52,7 @@ _NOT_TRAINING = re.compile(
 # tqdm's l_bar, bar and counts: "{desc}: {percentage:3.0f}%|{bar}| {n}/{total} [{elapsed}<..., rate]".
 # A line cut after the counts (by a forwarder, or two writers) still shows them whole; its times may be cut.
 _TQDM = r"\d{1,3}%\|[^|]*\| *(?P<step>\d+)/(?P<total>\d+) +\[(?P<times>[^\]]{0,300})(?P<end>\]|$)"
-_ITERATIONS = re.compile(r"(?:\d|\?)(?:it/s|s/it)")  # a bar's unit: iterations, not bytes or examples
+_ITERATIONS = re.compile(r"(?:\d|\?) ?(?:it/s|s/it)")  # a bar's unit: iterations, not bytes or examples
 _TRAINING_BAR = re.compile(r"train|epoch|episode|step|iter|progress|batch|loss", re.IGNORECASE)
 _OPENRLHF_EPOCH_BAR = re.compile(r"train epoch\b", re.IGNORECASE)
 _VALIDATION_BAR = re.compile(rf"^(?:Validati\w*|Validation DataLoader \d+): +{_TQDM}")
@@ -195,8 +195,9 @@ _SECONDS: tuple[tuple[re.Pattern[str], float], ...] = (
     # A trainer's own timer first: tqdm's rate is an average over the last updates, not the last step.
     (re.compile(rf"Finished: 'step', time cost: {_NUMBER}s"), 1.0),  # SkyRL
     (re.compile(rf"\biter time \(s\): {_NUMBER}"), 1.0),  # DeepSpeed's steps line
-    (re.compile(rf"{_NUMBER}s/it\b"), 1.0),  # tqdm
-    (re.compile(rf"{_NUMBER}it/s\b"), -1.0),
+    # tqdm writes "4.10s/it"; other loggers put a space before the unit ("4.1 s/it").
+    (re.compile(rf"{_NUMBER} ?s/it\b"), 1.0),
+    (re.compile(rf"{_NUMBER} ?it/s\b"), -1.0),
     (re.compile(rf"elapsed time per iteration \(ms\): {_NUMBER}"), 0.001),  # Megatron
     (re.compile(rf"timing_s/step:{_NUMBER}"), 1.0),  # verl
     (re.compile(rf"train_step_timing in s: {_NUMBER}"), 1.0),  # NeMo 2.x
@@ -266,6 +267,19 @@ class Progress:
     seconds_per_step: float | None
     throughput: Throughput | None
     line: str
+
+
+@dataclass(frozen=True)
+class StepPoint:
+    """A step line of a log, for drawing the steps over a whole run: ``number``, the line's (from 1); ``t``,
+    what the line's own leading timestamp names, read as UTC (the log does not say its time zone), or None
+    when it has none; the step; and the throughput stated on the line or on its own line after it, before
+    the next step line."""
+
+    number: int
+    t: float | None
+    step: int
+    throughput: Throughput | None
 
 
 @dataclass(frozen=True)
@@ -444,6 +458,34 @@ class _Reading:
             )
         return Progress(last.step, self._total(last, usable), seconds, rate, last.line.shown)
 
+    def points(self) -> list[StepPoint]:
+        """Every training step the text shows, as :meth:`latest` would have answered at its line: a
+        count that is no training step is left out, and so is a bar's count below the furthest it
+        reached when two processes draw that bar. A step shown again (a bar redrawn) is one point."""
+        usable = [m for m in map(self._usable, self.matches) if m is not None]
+        after = [*(m.before for m in usable[1:]), tuple(self.since)] if usable else []
+        furthest: dict[tuple[str, int], int] = {}
+        points: list[StepPoint] = []
+        for match, following in zip(usable, after, strict=True):
+            if match.bar in self.two_writers:
+                assert match.bar is not None
+                if match.step < furthest.get(match.bar, -1):
+                    continue
+                furthest[match.bar] = match.step
+            if points and points[-1].step == match.step:
+                continue
+            rate = None
+            if match.timed:
+                rate = _first(
+                    chain(
+                        (throughput(match.line.message),),
+                        (throughput(line.message, _DETACHED_THROUGHPUTS) for line in following),
+                    )
+                )
+            stamp = _stamp(match.line.message)
+            points.append(StepPoint(match.line.number, stamp and stamp[0], match.step, rate))
+        return points
+
 
 def _first(values: Iterable[_T | None]) -> _T | None:
     return next((value for value in values if value is not None), None)
@@ -507,8 +549,19 @@ def progress(text: str, step_regex: str | None = None) -> Progress | None:
     ``total``), applied to the cleaned lines without the non-training guard. ``total`` comes from the
     step's line, or else from the latest earlier line that showed a total at least as large.
     """
+    return _read(text, step_regex).latest()
+
+
+def step_points(text: str, step_regex: str | None = None) -> list[StepPoint]:
+    """Every training step ``text`` shows, in order, read as :func:`progress` reads the latest one (the
+    same patterns, ``step_regex`` the same way): what raysub report draws a run's steps and throughput
+    from."""
+    return _read(text, step_regex).points()
+
+
+def _read(text: str, step_regex: str | None) -> _Reading:
     patterns = (custom_pattern(step_regex),) if step_regex is not None else DEFAULT_PATTERNS
     reading = _Reading(patterns, guarded=step_regex is None)
     for line in lines(text):
         reading.read(line)
-    return reading.latest()
+    return reading

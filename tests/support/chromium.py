@@ -27,6 +27,16 @@ def render_page(page: Path, out: Path, width: int = 1000, height: int = 2000) ->
     return Image.open(shot).convert("RGB"), requested
 
 
+def dump_dom(page: Path) -> str:
+    """The DOM of ``page`` as Chromium built it, serialized (what it parsed, not the file's text)."""
+    chromium = tool("chromium-headless-shell")
+    done = subprocess.run(
+        [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", page.as_uri()],
+        capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    return done.stdout
+
+
 def pixels_of(image: Image.Image, color: str) -> int:
     """How many pixels are exactly ``color`` (#rrggbb)."""
     rgb = tuple(int(color[k : k + 2], 16) for k in (1, 3, 5))

@@ -434,6 +434,13 @@ def test_json_is_versioned_with_progress_gpu_use_and_each_nodes_transport(tmp_pa
     assert "steps_per_second" not in data
 
 
+def test_json_gives_the_time_per_step_of_a_log_that_prints_seconds_per_iteration(tmp_path: Path) -> None:
+    """Issue 27: a log that printed '4.1 s/it' (a space before the unit) gave health --json no rate."""
+    job = running_job(tmp_path, "".join(f"Step {k}/100 | loss 1.234 | 4.1 s/it\n" for k in range(1, 4)))
+    data = json.loads(check(job, RUNNING, Options(), now=NOW).to_json())
+    assert (data["step"], data["total_steps"], data["seconds_per_step"]) == (3, 100, 4.1)
+
+
 def test_a_node_on_sockets_among_ib_nodes_and_a_fatal_line_on_its_node(tmp_path: Path) -> None:
     oom = "(RayTrainWorker pid=77, ip=10.0.0.2) torch.OutOfMemoryError: CUDA out of memory.\n"
     job = running_job(tmp_path, STEPS + IB_HEAD + SOCKET_WORKER + oom)

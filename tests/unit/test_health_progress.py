@@ -190,6 +190,8 @@ def test_a_step_regex_needs_a_step_group(regex: str) -> None:
     [
         ("[00:10<01:20, 11.00it/s]", 1 / 11),
         ("[00:41<1:08:01, 40.00s/it]", 40.0),
+        ("Step 12/100 | loss 1.234 | 4.1 s/it", 4.1),  # a space before the unit (issue 27)
+        ("Step 12/100 | loss 1.234 | 2.5 it/s", 0.4),
         ("elapsed time per iteration (ms): 500.0 |", 0.5),
         ("step:3 - timing_s/step:4.0", 4.0),
         ("[00:00<?, ?it/s]", None),

@@ -121,8 +121,11 @@ def test_from_another_directory_with_only_the_index(
     assert status_of(raysub_cli, "4711", "--attempt", "0")["log_dir"] == str(first)
     result = raysub_cli("logs", "4711", "--attempt", "0", "--head")
     assert result.stdout.splitlines() == ["head | head line 1", "head | head line 2"]
-    for command in ("monitor", "report"):  # found: what they miss is the (absent) metrics file
-        assert str(first / protocol.METRICS) in raysub_cli(command, "4711", "--attempt", "0").stderr
+    # Found: what monitor misses is the (absent) metrics file; report draws the attempt without it.
+    assert str(first / protocol.METRICS) in raysub_cli("monitor", "4711", "--attempt", "0").stderr
+    assert (
+        f"({first})" in raysub_cli("report", "4711", "--attempt", "0", "-o", str(tmp_path / "r.html")).stdout
+    )
 
 
 @pytest.mark.usefixtures("no_slurm")

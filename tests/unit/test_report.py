@@ -1,16 +1,36 @@
-"""raysub monitor and raysub report on a metrics.jsonl in the monitor's format, and the page in Chromium."""
+"""raysub monitor and raysub report on a metrics.jsonl in the monitor's format, raysub report's run (the
+driver's steps from real logs of tests/fixtures/corpus, the timeline's bring-up and events), and the page in
+Chromium."""
 
 import json
 import math
+import os
 import re
 import sys
 import types
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from raysub.protocol import LogDir
+from raysub.health.progress import StepPoint, step_points
+from raysub.health.runs import clock_offset, read_job_run, step_gaps
+from raysub.protocol import (
+    DRIVER_RESTART_LOG_PREFIX,
+    PHASE_CANARY_OK,
+    PHASE_DRIVER_END,
+    PHASE_DRIVER_RESTART,
+    PHASE_DRIVER_START,
+    PHASE_ENDED,
+    PHASE_HEAD_READY,
+    PHASE_JOB_START,
+    PHASE_WORKER_JOINED,
+    TIMELINE,
+    LogDir,
+    NodeEntry,
+    TimelineEvent,
+)
 from raysub.protocol.metrics_log import Snapshot, read_snapshots, snapshot_line
 from raysub.protocol.ray_metrics import RayGpuMonitor
 from raysub.protocol.readings import GIB, GpuMetrics, NodeMetrics, parse_node_metrics
@@ -18,10 +38,12 @@ from raysub.report import BOTTOM, HEIGHT, LEFT, PALETTE, RIGHT, TOP, WIDTH, rend
 from raysub.slurm import SlurmState
 from raysub.wandb_sink import WandbSink
 from tests.conftest import RunCli
-from tests.support.chromium import pixels_of, render_page
+from tests.support.chromium import dump_dom, pixels_of, render_page
+from tests.support.corpus import blocks
 from tests.support.ray_metrics import Gpu, exposition, serve
 
 H100 = "NVIDIA H100 80GB HBM3"
+CORPUS = {block.name: block for block in blocks("progress")}
 
 
 def node_text(n: int, k: int) -> str:
@@ -229,3 +251,135 @@ def test_wandb_sink_without_a_run_uses_the_wandb_module(monkeypatch: pytest.Monk
     monkeypatch.setitem(sys.modules, "wandb", fake)
     WandbSink(RayGpuMonitor(endpoints=dict)).log()
     assert logged == [({"ray/cluster/nodes": 0.0, "ray/cluster/failed_scrapes": 0.0}, None)]
+
+
+# The run: a real torchtitan block (dated step lines, a throughput each), put in a LogDir whose timeline
+# wraps it, with the job's nodes written in UTC+2 and the driver silent for 40 min before it ended.
+TITAN = "torchtitan-profiler-and-gc-lines-every-10-steps"
+UTC_PLUS_2 = -7200.0  # what puts a UTC+2 node's timestamps, read as UTC, on the job's clock
+SILENT = 2400.0
+
+
+def event(t: float, phase: str, node: str = "node1", detail: str = "") -> str:
+    return TimelineEvent(t, phase, node, detail).line()
+
+
+def titan_job(base: Path) -> tuple[LogDir, list[StepPoint]]:
+    points = step_points(CORPUS[TITAN].text)
+    first, last = (points[0].t or 0.0) + UTC_PLUS_2, (points[-1].t or 0.0) + UTC_PLUS_2
+    logs = LogDir.of(base, 4715)
+    logs.path.mkdir(parents=True)
+    logs.write_node_map([NodeEntry("head", 0, "node1"), NodeEntry("worker", 0, "node2")])
+    start = first - 150
+    logs.file(TIMELINE).write_text(
+        event(start, PHASE_JOB_START, detail="attempt 0")
+        + event(start + 4, PHASE_CANARY_OK)
+        + event(start + 21, PHASE_CANARY_OK, "node2")
+        + event(start + 30, PHASE_HEAD_READY, detail="10.0.0.1:6379")
+        + event(start + 33, PHASE_WORKER_JOINED, detail="node1")
+        + event(start + 95, PHASE_WORKER_JOINED, detail="node2")
+        + event(start + 100, PHASE_DRIVER_START)
+        + event(last + SILENT, PHASE_DRIVER_END, detail="1")
+        + event(last + SILENT + 1, PHASE_ENDED, detail="driver exited with status 1")
+    )
+    logs.ended.write_text("driver exited with status 1\n")
+    logs.driver_log.write_text(CORPUS[TITAN].text)
+    os.utime(logs.driver_log, (last + 5, last + 5))
+    return logs, points
+
+
+def svg_of(page: str, name: str) -> str:
+    found = re.search(rf'<svg class="{name}" .*?</svg>', page)
+    assert found, name
+    return found.group()
+
+
+def test_step_points_read_a_whole_corpus_block() -> None:
+    points = step_points(CORPUS[TITAN].text)
+    assert [p.step for p in points] == [200, 210, 220, 230, 240, 250]
+    assert points[-1].t == datetime(2025, 6, 16, 22, 32, 0, 846000, tzinfo=UTC).timestamp()
+    assert [p.throughput and p.throughput.value for p in points[:2]] == [5856.0, 5593.0]
+    assert {p.throughput and p.throughput.unit for p in points} == {"tokens/s/device"}
+
+
+def test_a_log_clock_goes_on_the_jobs_clock_only_when_one_time_zone_fits() -> None:
+    stamps = [10_000.0, 10_600.0]
+    assert clock_offset(stamps, 10_000.0 - 7200 - 60, 10_600.0 - 7200 + 5) == -7200.0
+    assert clock_offset(stamps, 0.0, 100.0) is None  # 600 s of steps in a run of 100 s: no zone fits
+    assert clock_offset(stamps, 10_000.0 - 3600, 10_600.0 + 3600) is None  # several would
+    assert clock_offset([], 0.0, 1.0) is None
+
+
+def test_the_report_draws_a_dated_run_on_the_jobs_clock_with_its_events(tmp_path: Path) -> None:
+    logs, points = titan_job(tmp_path)
+    run = read_job_run(logs)
+    assert run.on_the_clock and run.drivers[0].offset == UTC_PLUS_2
+    [gap] = step_gaps(run, 1800.0)
+    assert (gap.step, gap.end - gap.start) == (250, SILENT)
+    page = render_report("raysub job 4715", [], None, run)
+    steps = svg_of(page, "steps")
+    [line] = re.findall(r'<polyline stroke="#1f77b4" points="([^"]*)"', steps)
+    assert len(line.split()) == len(points) == 6
+    assert steps.count('<rect class="gap"') == 1
+    assert re.findall(r'<text class="mark"[^>]*>(\d+)</text>', steps) == ["1", "2", "3"]
+    assert "in the time zone UTC+02:00" in page
+    assert "<strong>ENDED:</strong> driver exited with status 1" in page
+    assert "<td>ENDED: driver exited with status 1</td><td>node1</td>" in page
+    assert "no new step after step 250 for 40.0 min" in page
+    assert "Throughput (tokens/s/device)" in page and '<svg class="throughput"' in page
+    bring_up = svg_of(page, "bring-up")
+    assert [n for n in re.findall(r'<text class="node"[^>]*>([^<]*)<', bring_up)] == ["node1", "node2"]
+    assert "node2: starting Ray, 74.0 s" in bring_up
+
+
+def test_steps_without_times_are_drawn_against_the_logs_lines_run_after_run(tmp_path: Path) -> None:
+    logs = LogDir.of(tmp_path, 4716)
+    logs.path.mkdir()
+    first = CORPUS["verl-step-key-value-lines-then-validation-samples"].text
+    logs.driver_log.write_text(first)
+    logs.file(f"{DRIVER_RESTART_LOG_PREFIX}1.log").write_text(
+        CORPUS["verl-early-format-step-lines-phase-timings-only"].text
+    )
+    logs.file(TIMELINE).write_text(
+        event(1e9, PHASE_JOB_START)
+        + event(1e9 + 60, PHASE_DRIVER_START)
+        + event(1e9 + 600, PHASE_DRIVER_RESTART)
+    )
+    run = read_job_run(logs)
+    assert not run.on_the_clock and step_gaps(run, 1.0) == []
+    steps = svg_of(render_report("raysub job 4716", [], None, run), "steps")
+    assert steps.count("<polyline") == 2  # a line per run, never joined across the restart
+    assert "<title>driver restart 1</title>" in steps
+    assert f">line {first.count(chr(10)) + 2:,}<" not in steps and ">line 1<" in steps
+
+
+def test_a_report_of_a_driver_that_printed_no_step_says_so(tmp_path: Path) -> None:
+    logs = LogDir.of(tmp_path, 4717)
+    logs.path.mkdir()
+    logs.driver_log.write_text(CORPUS["raytrain-v2-worker-group-started-no-steps"].text)
+    page = render_report("raysub job 4717", [], None, read_job_run(logs))
+    assert "shows no training step" in page and '<svg class="steps"' not in page
+    assert "No timeline.jsonl." in page
+
+
+def test_chromium_draws_the_step_chart_of_raysub_report(raysub_cli: RunCli, tmp_path: Path) -> None:
+    """Issue 27's test: raysub report of a job whose driver printed steps shows the step chart."""
+    _, points = titan_job(tmp_path)
+    out = tmp_path / "titan.html"
+    result = raysub_cli("report", "4715", "--log-dir", str(tmp_path), "-o", str(out))
+    assert result.code == 0, result.stderr
+    dom = dump_dom(out)
+    steps = svg_of(dom, "steps")
+    [line] = re.findall(r'<polyline stroke="#1f77b4" points="([^"]*)"', steps)
+    assert len(line.split()) == len(points)
+    assert [label for label in re.findall(r'<text class="x"[^>]*>([^<]*)<', steps)][::4] == [
+        "0.0 min",
+        "43.7 min",
+    ]
+    assert re.findall(r'text-anchor="end">([^<]*)<', steps) == ["0", "125", "250", "375", "500"]
+    image, requested = render_page(out, tmp_path, height=1400)
+    assert requested == set()
+    chart = image.crop((0, 150, 1000, 480))  # the step chart, under the title, ENDED and its heading
+    assert pixels_of(chart, PALETTE[0]) > 40  # the steps' line
+    assert pixels_of(chart, "#fde0dd") > 100_000  # the 40 min without a new step
+    assert pixels_of(chart, "#d62728") > 50  # ENDED's mark
