@@ -170,6 +170,12 @@ def state_findings(state: str, slurm: SlurmState, logs: protocol.LogDir) -> list
     if state == "COMPLETED" and (logs.driver_exit_code() or slurm.exit_code):
         reason = logs.ended_reason() or f"exit code {slurm.exit_code}"
         return [Finding(Severity.ERROR, "state", f"the job completed with a failure: {reason}")]
+    ended = logs.ended_reason()
+    if state == "UNKNOWN" and ended is not None and logs.driver_exit_code() != 0:
+        # Slurm forgot the job (MinJobAge, a controller reset): only LOG_DIR can say how it ended, and
+        # anything but the driver's success is a failure.
+        reason = f"the job ended without the driver's success: {ended or 'ENDED is empty'}"
+        return [Finding(Severity.ERROR, "state", reason)]
     return []
 
 

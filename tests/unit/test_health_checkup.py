@@ -369,6 +369,31 @@ def test_slurm_states(tmp_path: Path, state: str | None, verdict: Verdict) -> No
     assert checkup.state == {None: "UNKNOWN", "COMPLETING": "RUNNING"}.get(state, state)
 
 
+@pytest.mark.parametrize(
+    ("ended", "exit_code", "verdict"),
+    [("driver exited with status 0", 0, Verdict.HEALTHY),
+     ("driver exited with status 1", 1, Verdict.UNHEALTHY),
+     ("worker 2 on node3: Ray exited with status 1", None, Verdict.UNHEALTHY),
+     ("cancelled by Slurm (scancel, ...): the batch script got SIGTERM", None, Verdict.UNHEALTHY)],
+)  # fmt: skip
+def test_a_job_slurm_forgot_is_judged_by_how_log_dir_says_it_ended(
+    tmp_path: Path, ended: str, exit_code: int | None, verdict: Verdict
+) -> None:
+    job = running_job(tmp_path)
+    job.logs.ended.write_text(f"{ended}\n")
+    if exit_code is not None:
+        job.logs.write_driver_exit_code(exit_code)
+    checkup = check(job, SlurmState(None), Options(), now=NOW)
+    assert (checkup.state, checkup.verdict) == ("UNKNOWN", verdict)
+    state = [f for f in checkup.findings if f.kind == "state"]
+    if verdict == Verdict.UNHEALTHY:
+        assert state == [
+            Finding(Severity.ERROR, "state", f"the job ended without the driver's success: {ended}")
+        ]
+    else:
+        assert state == []
+
+
 def test_gpus_idle_while_the_driver_runs(tmp_path: Path) -> None:
     job = running_job(tmp_path)
     times = [NOW - 600 + 10 * k for k in range(61)]
