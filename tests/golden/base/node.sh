@@ -296,7 +296,9 @@ ray_node_args() {
 # only as copies: node.sh's clean-up calls this after Ray is stopped, whatever ended the job (--keep-ray-logs,
 # raysub/node/ray_logs.py). It says what it kept in this node's log; it never fails the clean-up.
 keep_ray_logs() {
-  [[ -n $TEMP_DIR && -d $TEMP_DIR ]] || return 0
+  # No Ray session here (Ray never started; Ray links session_latest to each it makes): no Python to
+  # start, on each of a thousand nodes.
+  [[ -n $TEMP_DIR && -L ${TEMP_DIR}/session_latest ]] || return 0
   node_program ray_logs --temp-dir="$TEMP_DIR" --log-dir="$LOG_DIR" --node="$HOST" \
     --max-mib=64 --seconds=10 || true
 }
