@@ -36,10 +36,6 @@ class Selection:
         return not (self.head or self.driver or self.sandbox or self.worker is not None or self.node)
 
 
-def _natural(path: Path) -> list[object]:
-    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", path.name)]
-
-
 def not_in_job(job: Job, selection: Selection) -> str | None:
     """Why the --worker or --node asked for is none of the job's, or None (also before the batch script
     has written the node map: then nothing is known yet)."""
@@ -83,7 +79,10 @@ def sources(job: Job, selection: Selection) -> list[Source]:
                 found.append(Source(protocol.worker_tag(index, workers), logs.worker_log(index, workers)))
     if show_all or selection.sandbox:
         pattern = f"{protocol.SANDBOX_LOG_PREFIX}*{protocol.LOG_SUFFIX}"
-        for path in sorted((logs.path / protocol.NODE_LOG_DIR).glob(pattern), key=_natural):
+        for path in sorted(
+            (logs.path / protocol.NODE_LOG_DIR).glob(pattern),
+            key=lambda path: protocol.natural_key(path.name),
+        ):
             found.append(Source("sb" + path.stem.removeprefix(protocol.SANDBOX_LOG_PREFIX), path))
     if show_all or selection.driver:
         for run, path in enumerate(logs.driver_logs()):

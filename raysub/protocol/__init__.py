@@ -234,6 +234,11 @@ LOG_SUFFIX = ".log"
 
 
 # A file's mode, as docs/security.md shows it: the owner's alone, or the logs' (see file_mode_for_logs).
+def natural_key(text: str) -> list[object]:
+    """``text`` as a sort key whose runs of digits compare as numbers: node2 before node10."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text)]
+
+
 def log_dir_name(job_id: str | int, restart_count: int = 0) -> str:
     """The attempt directory's name: ``<jobid>-logs``, or ``<jobid>-<restart>-logs`` after a requeue."""
     if restart_count:

@@ -58,6 +58,7 @@ from raysub.protocol import (
     WORKER_LOG_PREFIX,
     WORKER_SCRIPT,
     WORKER_UNITS,
+    ray_logs,
 )
 
 _LOG_MODE_DOC = "0640: 0600 and the read bits of `--log-mode`"
@@ -266,11 +267,11 @@ FILES = (
         "`raysub status`: shown only",
     ),
     FileDoc(
-        (f"{RAY_LOGS_DIR}/<node>/<name>.gz", f"{RAY_LOGS_DIR}/<node>/left-out.tsv"),
+        (f"{RAY_LOGS_DIR}/<node>/<name>{ray_logs.SUFFIX}", f"{RAY_LOGS_DIR}/<node>/{ray_logs.LEFT_OUT}"),
         "every head and worker node, as it leaves (`--keep-ray-logs`)",
         "Ray's own logs of the node (`raylet.out`, `gcs_server.out`, the workers' `.out`/`.err`, ...), "
         "gzipped, newest first, up to `--keep-ray-logs` MiB before compression; a file cut to fit keeps "
-        "its end; `left-out.tsv` lists what did not fit (`raysub/protocol/ray_logs.py`)",
+        f"its end; `{ray_logs.LEFT_OUT}` lists what did not fit (`raysub/protocol/ray_logs.py`)",
         _LOG_MODE_DOC,
         "`raysub logs --ray`, `raysub health`: shown only",
     ),

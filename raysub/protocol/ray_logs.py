@@ -143,21 +143,21 @@ def keep(temp_dir: Path, target: Path, max_bytes: int, seconds: float) -> tuple[
 # ---- the reader ----
 
 
-def _natural(text: str) -> list[object]:
-    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text)]
-
-
 def kept_logs(log_dir: Path, node: str | None = None) -> list[KeptLog]:
     """The Ray logs kept in ``log_dir`` (of ``node`` only, when given), by node then name."""
     base = log_dir / protocol.RAY_LOGS_DIR
-    nodes = [base / node] if node is not None else sorted(base.glob("*"), key=lambda p: _natural(p.name))
+    nodes = (
+        [base / node]
+        if node is not None
+        else sorted(base.glob("*"), key=lambda p: protocol.natural_key(p.name))
+    )
     found = []
     for directory in nodes:
         if directory.is_dir() and not directory.is_symlink():
             for path in directory.rglob(f"*{SUFFIX}"):
                 name = path.relative_to(directory).as_posix().removesuffix(SUFFIX)
                 found.append(KeptLog(directory.name, name, path))
-    return sorted(found, key=lambda log: (_natural(log.node), log.name))
+    return sorted(found, key=lambda log: (protocol.natural_key(log.node), log.name))
 
 
 def read_text(path: Path) -> str:
