@@ -491,9 +491,10 @@ def run_job(n: int, args: argparse.Namespace, root: Path, node_wrapper: list[str
     job_id = str(os.getpid() % 100_000 * 10_000 + n)  # unique to this process and N: Ray's temp dirs
     temp_tag = "rs"
     command = ("sleep", str(args.driver_seconds)) if args.driver_seconds else ("true",)
-    # On 2 cores the tasks of 4096 nodes take about half an hour to start, and the head's Ray comes up only
-    # once every worker waits (HeadGate); then the workers join at a node or two a second, the cores busy
-    # with 4096 waits. The deadlines grow with N, a second a node, so that a slow machine is no failure.
+    # On 2 cores the tasks of 4096 nodes take a quarter of an hour to start and wait, and the head's Ray
+    # comes up only once every worker waits (HeadGate); then the workers join at a few nodes a second,
+    # the cores busy with 4096 waits. The deadlines grow with N, a second a node, so that a slow machine
+    # is no failure.
     timeouts = {"head_timeout": max(300, n), "workers_timeout": max(600, n)}
     spec = job_spec(temp_tag, nodes=n, command=command, ports=Ports(gcs=free_port()), **timeouts)
     job = sim.submit / "job.sub"
