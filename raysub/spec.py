@@ -171,6 +171,11 @@ class Ports:
                 raise SpecError(taken[value], f"{value} is {flag} too; each of Ray's ports needs its own")
             taken[value] = flag
 
+    def spans(self) -> list[tuple[int, int]]:
+        """Every port as a span of ports, first to last: each single port, then the workers' range."""
+        single = [v for k, v in vars(self).items() if k not in ("min_worker", "max_worker")]
+        return [*((port, port) for port in single), (self.min_worker, self.max_worker)]
+
 
 PortsMode = Literal["block", "fixed"]
 # How many ports a job takes on each node with --ports block: Ray's single ports at the block's start,

@@ -147,6 +147,83 @@ time.sleep(60)' "$((24000 + picked * 500 + 250))" "${BATS_TEST_TMPDIR}/busy" 3>&
   assert_output "2"
 }
 
+# Starts the node script $1 as start_node does, in a network namespace of its own (so root only) whose
+# ephemeral port range is $2 ("LOW HIGH") less the reserved ports $3 (ip_local_reserved_ports' syntax).
+start_node_with_ephemeral_ports() {
+  [[ $EUID -eq 0 ]] || skip "needs root for a network namespace of its own"
+  node_log="${BATS_TEST_TMPDIR}/$1.log"
+  # shellcheck disable=SC2016 # expanded by the inner bash
+  PATH=$FAKES_PATH unshare --net -- bash -c 'ip link set lo up &&
+    printf "%s\n" "$1" >/proc/sys/net/ipv4/ip_local_port_range &&
+    printf "%s\n" "$2" >/proc/sys/net/ipv4/ip_local_reserved_ports && exec bash "$3"' \
+    ephemeral "$2" "$3" "${LOG_DIR}/$1" >"$node_log" 2>&1 3>&- &
+  node_pid=$!
+}
+
+# Renders shared-node scripts and runs a worker whose Ray fails (twice: --worker-retries 1) with the
+# ephemeral ports $1 less $2; PICKED is the block (of 17 in 24000-32767) the job id picks.
+worker_with_ephemeral_ports() {
+  render_node_scripts --nodes 2 --gpus-per-node 0 --interface lo --ray-temp-dir '/tmp/rb%j/%n' --no-exclusive \
+    --worker-retries 1 --no-monitor -- true
+  export FAKE_RAY_START_EXIT=1
+  printf '127.0.0.1:9\n' >"${LOG_DIR}/${P_STARTED_RAY_HEAD}"
+  start_node_with_ephemeral_ports "$P_WORKER_SCRIPT" "$1" "$2"
+  wait_node
+  assert_failure 1
+}
+
+# The block of ports the worker took at each start, from the timeline.
+blocks_taken() {
+  sed -n "s/.*\"phase\": \"${P_PHASE_RAY_PORTS}\", \"node\": \"nodeA\", \"detail\": \"\([0-9-]*\)\".*/\1/p" \
+    "${LOG_DIR}/${P_TIMELINE}"
+}
+
+@test "on shared nodes a worker passes over a block of ports in the node's ephemeral range" {
+  local picked=$((SLURM_JOB_ID % 17)) low next
+  low=$((24000 + picked * 500))
+  next=$((24000 + (picked + 1) % 17 * 500))
+  worker_with_ephemeral_ports "${low} $((low + 499))" ""
+  run blocks_taken
+  assert_output "$(printf '%s\n' "${next}-$((next + 499))" "${next}-$((next + 499))")"
+  run grep -c "warning: .* ephemeral" "$node_log"
+  assert_output "0"
+}
+
+@test "on shared nodes a worker whose every block is ephemeral takes its job's and says so" {
+  local picked=$((SLURM_JOB_ID % 17)) low
+  low=$((24000 + picked * 500))
+  worker_with_ephemeral_ports "9000 65000" ""
+  run blocks_taken
+  assert_output "$(printf '%s\n' "${low}-$((low + 499))" "${low}-$((low + 499))")"
+  run grep -c "warning: 500 of Ray's ports on nodeA lie in its ephemeral port range 9000-65000 .*--port-range" \
+    "$node_log"
+  assert_output "2"
+}
+
+@test "ports the node reserves (ip_local_reserved_ports) count as outside the ephemeral range" {
+  local picked=$((SLURM_JOB_ID % 17)) low
+  low=$((24000 + picked * 500))
+  worker_with_ephemeral_ports "9000 65000" "8000,${low}-$((low + 249)),$((low + 250))-$((low + 498))"
+  run blocks_taken
+  assert_output "$(printf '%s\n' "${low}-$((low + 499))" "${low}-$((low + 499))")"
+  # One port of the block is left: the last.
+  run grep -c "warning: 1 of Ray's ports on nodeA lie in its ephemeral port range 9000-65000" "$node_log"
+  assert_output "2"
+}
+
+@test "with fixed ports a node says how many of Ray's ports lie in its ephemeral range" {
+  export FAKE_RAY_START_EXIT=1
+  printf '127.0.0.1:9\n' >"${LOG_DIR}/${P_STARTED_RAY_HEAD}"
+  # Of the defaults, all but the GCS' 6379: 8001, 8265-8268, 8076, 8077, 8080 and the workers' 8300-8999.
+  start_node_with_ephemeral_ports "$P_WORKER_SCRIPT" "8000 60999" ""
+  wait_node
+  assert_failure 1
+  # Once: a retry starts Ray with the same ports.
+  run grep -c "warning: 708 of Ray's ports on nodeA lie in its ephemeral port range 8000-60999 .*the --\*-port options" \
+    "$node_log"
+  assert_output "1"
+}
+
 @test "a worker that cannot reach the head either names no node as failed" {
   # The head's node died (nothing listens at its address): every worker's Ray fails, through no fault of
   # its own, and none of them may be left out of the next job.

@@ -274,12 +274,48 @@ start_ray() {
   CHILD_PID=$!
 }
 
+# Linux gives an outgoing connection (a data loader's, a checkpoint upload's, NCCL's bootstrap) a local
+# port from ip_local_port_range, less ip_local_reserved_ports. One of Ray's ports in there can be taken at
+# any time of the run, not only before 'ray start': Ray's worker processes bind theirs as they start, hours
+# in. Sets EXPOSED to how many of the ports in the spans "$1..$2" "$3..$4" ... such a connection may take
+# (0 where /proc/sys says nothing), and EPHEMERAL to the range.
+exposed_ports() {
+  local low high first last port item
+  local -a reserved=()
+  EXPOSED=0 EPHEMERAL=""
+  read -r low high </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || return 0
+  [[ $low =~ ^[0-9]+$ && $high =~ ^[0-9]+$ ]] || return 0
+  EPHEMERAL="${low}-${high}"
+  # Items read "8000-8999" or "9000", comma-separated; empty by default.
+  IFS=, read -ra reserved </proc/sys/net/ipv4/ip_local_reserved_ports 2>/dev/null || true
+  while (($# >= 2)); do
+    first=$(($1 > low ? $1 : low)) last=$(($2 < high ? $2 : high))
+    shift 2
+    for ((port = first; port <= last; port++)); do
+      for item in ${reserved[@]+"${reserved[@]}"}; do
+        if ((port >= ${item%-*} && port <= ${item#*-})); then continue 2; fi
+      done
+      EXPOSED=$((EXPOSED + 1))
+    done
+  done
+}
+
+# Says, in this node's log, when Ray's ports (spans as for exposed_ports) lie in the ephemeral range.
+warn_exposed_ports() {
+  exposed_ports "$@"
+  ((EXPOSED)) || return 0
+  log "warning: ${EXPOSED} of Ray's ports on ${HOST} lie in its ephemeral port range ${EPHEMERAL}" \
+    "(/proc/sys/net/ipv4/ip_local_port_range, less ip_local_reserved_ports): any outgoing connection may" \
+    "take one, and a Ray worker then fails to start; give Ray ports outside it (the --*-port options)"
+}
+
 # Options every Ray node starts with; user --ray-start-arg values come last and win. The node name is
 # the Slurm node name, so the head can tell which nodes have joined.
 ray_node_args() {
   local ip=$1 temp=$2 gpus=$3 cpus=$4
   raise_open_files
   allocation_args "$gpus" "$cpus"
+  warn_exposed_ports 6379 6379 8001 8001 8265 8265 8266 8266 8267 8267 8268 8268 8076 8076 8077 8077 8080 8080 8300 8999
   # shellcheck disable=SC2034 # the head and worker scripts start Ray with it
   RAY_ARGS=(
     --node-ip-address="$ip" --node-name="$HOST" --temp-dir="$temp" --num-gpus="$gpus" --disable-usage-stats
