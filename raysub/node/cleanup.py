@@ -42,7 +42,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from raysub.node import preflight
+from raysub.node import bounded, preflight
+from raysub.node.bounded import run as run_bounded
 from raysub.node.smoke import alive_nodes, gcs_answers
 from raysub.protocol.preflight_log import Process
 from raysub.protocol.smoke_result import Node, one_line
@@ -55,6 +56,9 @@ LIST_LIMIT = 10_000
 HARD_STOP_MARGIN_S = 30.0
 
 NodePid = tuple[str, int]  # a process on a Ray node: the node's id, the pid there
+# The modules whose functions the task on each node (on_node) takes along by value, not by name: a node has
+# Ray, not raysub.
+NODE_TASK_MODULES = (sys.modules[__name__], bounded)
 
 
 # ---- what Ray says, as plain records ----
@@ -380,12 +384,12 @@ def on_node(kill: list[int], query: list[str], nvidia_timeout: float) -> tuple[l
     """Runs on a node, as a Ray task: kills the pids in ``kill`` that are Ray workers of this user (their
     command line says so; a pid that is anything else by now is left alone), then asks nvidia-smi
     ``query``. Returns the pids it killed, nvidia-smi's exit status and what it said: status None where
-    there is no nvidia-smi, -1 when it did not answer in time. Only the standard library, imported here:
-    the function travels by value to nodes that have no raysub."""
+    there is no nvidia-smi, -1 when it did not answer in time (killed and abandoned: run_bounded). Only the
+    standard library, imported here, and run_bounded: the function travels by value to nodes that have no
+    raysub, and so does run_bounded's module (NODE_TASK_MODULES)."""
     import os as os_
     import shutil
     import signal
-    import subprocess
     from pathlib import Path
 
     killed = []
@@ -405,18 +409,8 @@ def on_node(kill: list[int], query: list[str], nvidia_timeout: float) -> tuple[l
     path = shutil.which("nvidia-smi")
     if path is None:
         return killed, None, ""
-    try:
-        done = subprocess.run(
-            [path, *query],
-            capture_output=True,
-            text=True,
-            errors="replace",
-            timeout=nvidia_timeout,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        return killed, -1, ""
-    return killed, done.returncode, done.stdout if done.stdout.strip() else done.stderr
+    status, output = run_bounded([path, *query], nvidia_timeout)
+    return killed, -1 if status is None else status, output
 
 
 def node_answer(killed: list[int], status: int | None, output: str, nvidia_timeout: float) -> NodeAnswer:
@@ -437,7 +431,8 @@ class RayCluster:
         self.state: Any = state
         # By value: the node task must not need raysub where it runs (a module's functions otherwise travel
         # by reference, and a worker node has no raysub to import them from).
-        self.ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+        for module in NODE_TASK_MODULES:
+            self.ray.cloudpickle.register_pickle_by_value(module)
         self.task: Any = ray.remote(num_cpus=0, max_retries=0)(on_node)
 
     def _list(self, what: str, timeout: float, **kwargs: Any) -> list[Any]:

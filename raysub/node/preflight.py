@@ -47,13 +47,10 @@ parser reads every form: with or without a header, units in the header or on the
 from __future__ import annotations
 
 import argparse
-import contextlib
 import functools
 import os
 import re
 import shutil
-import signal
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -62,6 +59,7 @@ from pathlib import Path
 from typing import Optional, get_args
 
 from raysub import protocol
+from raysub.node import bounded
 from raysub.protocol.preflight_log import (
     DEFAULT_MIN_FREE_MIB,
     GATE_FAILED,
@@ -356,35 +354,13 @@ Query = Callable[[Sequence[str]], Optional[Answer]]
 
 
 def nvidia_smi(args: Sequence[str], timeout: float) -> Answer | None:
-    """Runs ``nvidia-smi ARGS``, for ``timeout`` seconds at most (a GPU that fell off the bus can make it
-    hang for minutes); None when there is no nvidia-smi on PATH. One that does not answer in time is
-    killed and abandoned, never waited for: subprocess.run's timeout would kill it and then wait for it to
-    end and for its output to close, and a process stuck in the GPU driver (uninterruptible) ends only when
-    the driver lets it, as may anything it started that holds its output."""
+    """Runs ``nvidia-smi ARGS``, for ``timeout`` seconds at most (raysub/node/bounded.py: one that does
+    not answer in time is killed and abandoned); None when there is no nvidia-smi on PATH."""
     path = shutil.which("nvidia-smi")
     if path is None:
         return None
-    try:
-        child = subprocess.Popen(
-            [path, *args],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            errors="replace",
-            start_new_session=True,  # its own process group, to kill whatever it started with it
-        )
-    except OSError as error:
-        return Answer(126, str(error))
-    try:
-        out, err = child.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(OSError):
-            os.killpg(child.pid, signal.SIGKILL)
-        for stream in (child.stdout, child.stderr):
-            if stream is not None:
-                stream.close()
-        return Answer(None, "", timeout)
-    return Answer(child.returncode, out if out.strip() else err)
+    status, output = bounded.run([path, *args], timeout)
+    return Answer(None, "", timeout) if status is None else Answer(status, output)
 
 
 # ---- the checks ----

@@ -319,6 +319,51 @@ def test_the_node_task_kills_only_ray_workers_of_this_user_then_asks_nvidia_smi(
         bystander.wait()
 
 
+# Loads the pickled node task from stdin where raysub cannot be imported (no site: the editable install's
+# .pth file is not read; Ray's site-packages put on sys.path by hand), checks that, and runs it.
+LOAD_AND_RUN = """
+import pickle, sys
+sys.path.append(sys.argv[1])
+try:
+    import raysub.node
+except ImportError:
+    pass
+else:
+    sys.exit("raysub.node is importable here")
+task = pickle.loads(sys.stdin.buffer.read())
+print(repr(task([], sys.argv[2:], 1.0)))
+"""
+
+
+def test_the_node_task_travels_without_raysub_and_abandons_a_hung_nvidia_smi(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The fake's hang leaves a child holding nvidia-smi's output for 10 minutes: a task that waited for
+    # the output to close would outlive this test's limit.
+    ray = pytest.importorskip("ray")
+    bin_dir, scenarios = tmp_path / "bin", tmp_path / "smi"
+    bin_dir.mkdir()
+    scenarios.mkdir()
+    (bin_dir / "nvidia-smi").symlink_to(FAKE_NVIDIA_SMI)
+    (scenarios / "default").write_text("fail hang\n")
+    for module in cleanup.NODE_TASK_MODULES:
+        ray.cloudpickle.register_pickle_by_value(module)
+    try:
+        task = ray.cloudpickle.dumps(cleanup.on_node)
+    finally:
+        for module in cleanup.NODE_TASK_MODULES:
+            ray.cloudpickle.unregister_pickle_by_value(module)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env |= {"PATH": f"{bin_dir}:{env['PATH']}", "FAKE_NVIDIA_SMI_DIR": str(scenarios)}
+    site_packages = str(Path(ray.__file__).parents[1])
+    done = subprocess.run(
+        [sys.executable, "-S", "-c", LOAD_AND_RUN, site_packages, *preflight.APPS_QUERY],
+        input=task, capture_output=True, cwd=tmp_path, env=env, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr.decode()
+    assert done.stdout.decode().strip() == "([], -1, '')"
+
+
 def test_the_program_needs_since() -> None:
     with pytest.raises(SystemExit) as exited:
         cleanup.parse([])
