@@ -172,40 +172,33 @@ worker_with_ephemeral_ports() {
   assert_failure 1
 }
 
-# The block of ports the worker took at each start, from the timeline.
-blocks_taken() {
-  sed -n "s/.*\"phase\": \"${P_PHASE_RAY_PORTS}\", \"node\": \"nodeA\", \"detail\": \"\([0-9-]*\)\".*/\1/p" \
+# Asserts that the worker took the block of ports from $1 at both its starts (the timeline says).
+assert_block_taken_twice() {
+  run sed -n "s/.*\"phase\": \"${P_PHASE_RAY_PORTS}\", \"node\": \"nodeA\", \"detail\": \"\([0-9-]*\)\".*/\1/p" \
     "${LOG_DIR}/${P_TIMELINE}"
+  assert_output "$(printf '%s\n' "$1-$(($1 + 499))" "$1-$(($1 + 499))")"
 }
 
 @test "on shared nodes a worker passes over a block of ports in the node's ephemeral range" {
-  local picked=$((SLURM_JOB_ID % 17)) low next
-  low=$((24000 + picked * 500))
-  next=$((24000 + (picked + 1) % 17 * 500))
+  local low=$((24000 + SLURM_JOB_ID % 17 * 500))
   worker_with_ephemeral_ports "${low} $((low + 499))" ""
-  run blocks_taken
-  assert_output "$(printf '%s\n' "${next}-$((next + 499))" "${next}-$((next + 499))")"
+  assert_block_taken_twice $((24000 + (SLURM_JOB_ID % 17 + 1) % 17 * 500))
   run grep -c "warning: .* ephemeral" "$node_log"
   assert_output "0"
 }
 
 @test "on shared nodes a worker whose every block is ephemeral takes its job's and says so" {
-  local picked=$((SLURM_JOB_ID % 17)) low
-  low=$((24000 + picked * 500))
   worker_with_ephemeral_ports "9000 65000" ""
-  run blocks_taken
-  assert_output "$(printf '%s\n' "${low}-$((low + 499))" "${low}-$((low + 499))")"
+  assert_block_taken_twice $((24000 + SLURM_JOB_ID % 17 * 500))
   run grep -c "warning: 500 of Ray's ports on nodeA lie in its ephemeral port range 9000-65000 .*--port-range" \
     "$node_log"
   assert_output "2"
 }
 
 @test "ports the node reserves (ip_local_reserved_ports) count as outside the ephemeral range" {
-  local picked=$((SLURM_JOB_ID % 17)) low
-  low=$((24000 + picked * 500))
+  local low=$((24000 + SLURM_JOB_ID % 17 * 500))
   worker_with_ephemeral_ports "9000 65000" "8000,${low}-$((low + 249)),$((low + 250))-$((low + 498))"
-  run blocks_taken
-  assert_output "$(printf '%s\n' "${low}-$((low + 499))" "${low}-$((low + 499))")"
+  assert_block_taken_twice "$low"
   # One port of the block is left: the last.
   run grep -c "warning: 1 of Ray's ports on nodeA lie in its ephemeral port range 9000-65000" "$node_log"
   assert_output "2"
