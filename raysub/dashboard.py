@@ -2,9 +2,10 @@
 
 The head records where its dashboard listens (LOG_DIR/dashboard_address) as it becomes ready; that port
 is the job's own with --ports block, so it changes from job to job. An ``ssh -L`` through the login node
-brings it to the laptop's port 8265, Ray's default, where ``ray job submit`` looks first. With --auth token
-the dashboard wants the job's token: the web page asks for it once (and keeps it in a cookie), API
-clients send it as ``Authorization: Bearer <token>`` (Ray 2.52's ``http_token_authentication``).
+brings it to a port of the laptop (the CLI's --local-port, by default Ray's 8265, where ``ray job submit``
+looks first). With --auth token the dashboard wants the job's token: the web page asks for it once (and
+keeps it in a cookie), API clients send it as ``Authorization: Bearer <token>`` (Ray 2.52's
+``http_token_authentication``).
 """
 
 from __future__ import annotations
@@ -15,9 +16,6 @@ from dataclasses import asdict, dataclass
 
 from raysub.jobs import Job
 from raysub.protocol import read_trusted
-
-# The laptop's end of the tunnel: Ray's default dashboard port, which ray job submit and the SDK assume.
-LOCAL_PORT = 8265
 
 
 class NoDashboard(RuntimeError):
@@ -72,7 +70,7 @@ class Tunnel:
         return "\n".join(lines)
 
 
-def tunnel(job: Job, login: str, local_port: int = LOCAL_PORT) -> Tunnel:
+def tunnel(job: Job, login: str, local_port: int) -> Tunnel:
     """The tunnel to ``job``'s dashboard. NoDashboard when the job ended, its head is not up yet, or it
     runs without a dashboard."""
     logs = job.logs
