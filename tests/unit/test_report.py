@@ -353,6 +353,41 @@ def test_steps_without_times_are_drawn_against_the_logs_lines_run_after_run(tmp_
     assert f">line {first.count(chr(10)) + 2:,}<" not in steps and ">line 1<" in steps
 
 
+def test_a_run_of_ten_thousand_steps_is_drawn_with_a_few_points_per_pixel(tmp_path: Path) -> None:
+    # verl's step line from the corpus, stepping on to 10,000 (more than 4 points per pixel column), with
+    # a throughput that dips once, at 7,337.
+    line = next(
+        x
+        for x in CORPUS["verl-step-key-value-lines-then-validation-samples"].text.splitlines()
+        if "step:1 " in x
+    )
+    assert "perf/throughput:" in line
+    text = "".join(
+        re.sub(
+            r"perf/throughput:[\d.]+",
+            f"perf/throughput:{100 if k == 7_337 else 1000}",
+            line.replace("step:1 ", f"step:{k} "),
+        )
+        + "\n"
+        for k in range(1, 10_001)
+    )
+    logs = LogDir.of(tmp_path, 4718)
+    logs.path.mkdir()
+    logs.driver_log.write_text(text)
+    page = render_report("raysub job 4718", [], None, read_job_run(logs))
+    columns = WIDTH - LEFT - RIGHT + 1
+    [steps] = re.findall(r'<polyline stroke="#1f77b4" points="([^"]*)"', svg_of(page, "steps"))
+    [rate] = re.findall(r'<polyline stroke="#1f77b4" points="([^"]*)"', svg_of(page, "throughput"))
+    for points in (steps.split(), rate.split()):
+        assert len(points) <= 4 * columns
+        # The first step and the last are kept, at either end of the plot.
+        first_x, last_x = (float(points[k].split(",")[0]) for k in (0, -1))
+        assert first_x == LEFT and last_x > WIDTH - RIGHT - 1
+    # The one dip is kept: on the page the dip is the line's lowest point (the largest y).
+    ys = [float(p.split(",")[1]) for p in rate.split()]
+    assert max(ys) > min(ys) + 100
+
+
 def test_a_report_of_a_driver_that_printed_no_step_says_so(tmp_path: Path) -> None:
     logs = LogDir.of(tmp_path, 4717)
     logs.path.mkdir()
