@@ -89,6 +89,12 @@ def _since(seconds: float, span: float) -> str:
     return f"{seconds / 60:.1f} min" if span < 3 * 3600 else f"{seconds / 3600:.1f} h"
 
 
+def _clock(t: float) -> str:
+    """``t`` on the clock of the machine that makes the page, with its offset from UTC: the page may be
+    read where another time zone holds, and a run may span a change to or from summer time."""
+    return time.strftime("%Y-%m-%d %H:%M:%S %z", time.localtime(t))
+
+
 def _duration(seconds: float) -> str:
     return _since(seconds, seconds)
 
@@ -486,10 +492,7 @@ def _events_table(job: JobRun, marks: list[Mark], gaps: list[StepGap]) -> str:
     ]
     if not rows:
         return '<p class="empty">No driver event.</p>'
-    cells = [
-        (number, time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)), _since(t - t0, 3600), what, node)
-        for t, number, what, node in sorted(rows)
-    ]
+    cells = [(number, _clock(t), _since(t - t0, 3600), what, node) for t, number, what, node in sorted(rows)]
     head = "<tr><th>#</th><th>time</th><th>since the start</th><th>event</th><th>node</th></tr>"
     body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in cells)
     return f'<table class="events">{head}{body}</table>'
@@ -543,7 +546,7 @@ def render_report(
     ``power_caps``: W by (node, GPU index), where known."""
     t0 = snapshots[0].t if snapshots else 0.0
     t1 = snapshots[-1].t if snapshots else 0.0
-    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t0))
+    when = _clock(t0)
     if not snapshots:
         taken = "No snapshots."
     elif len(snapshots) == 1:

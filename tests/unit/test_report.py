@@ -7,9 +7,10 @@ import math
 import os
 import re
 import sys
+import time
 import types
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -330,6 +331,23 @@ def test_the_report_draws_a_dated_run_on_the_jobs_clock_with_its_events(tmp_path
     bring_up = svg_of(page, "bring-up")
     assert [n for n in re.findall(r'<text class="node"[^>]*>([^<]*)<', bring_up)] == ["node1", "node2"]
     assert "node2: starting Ray, 74.0 s" in bring_up
+
+
+def test_the_events_table_gives_each_time_its_offset_from_utc(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The page is made on a machine two hours east of UTC; whoever reads it may be elsewhere.
+    logs, _ = titan_job(tmp_path)
+    try:
+        with monkeypatch.context() as zone:
+            zone.setenv("TZ", "XYZ-2")
+            time.tzset()
+            page = render_report("raysub job 4715", [], None, read_job_run(logs))
+    finally:
+        time.tzset()
+    ended = datetime.fromtimestamp(logs.timeline()[-1].t, UTC) + timedelta(hours=2)
+    assert f"<td>{ended:%Y-%m-%d %H:%M:%S} +0200</td>" in page
+    assert len(re.findall(r"<td>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \+0200</td>", page)) == 4
 
 
 def test_steps_without_times_are_drawn_against_the_logs_lines_run_after_run(tmp_path: Path) -> None:
