@@ -13,6 +13,7 @@ from tests.support.minicluster import MiniCluster
 from tests.support.raysub_jobs import assert_clean, driver, job_report, submit, wait_for_output
 
 pytestmark = pytest.mark.slurm
+EPHEMERAL = "/proc/sys/net/ipv4/ip_local_port_range"
 
 # Says which cluster it reached and which nodes that cluster has, waits for the file argv[1], then runs a
 # task on every node and says so again.
@@ -128,3 +129,41 @@ def test_two_jobs_on_the_same_two_nodes_each_reach_only_their_own_cluster(
     assert "tasks ran on every node" in second_logs.driver_log.read_text()
     for job_id in (first, second, third):
         assert_clean(minicluster, job_id)
+
+
+def test_every_node_takes_the_one_block_outside_its_ephemeral_ports(
+    minicluster: MiniCluster, slurm_tmp: Path
+) -> None:
+    # Every node gives outgoing connections ports 24000-31999: 16 of the 17 blocks of the default
+    # --port-range (24000-32767); 32000-32499 is the only one outside, whatever block the job id picks.
+    nodes = [f"node{k}" for k in range(1, minicluster.nodes + 1)]
+    ranges = {
+        node: minicluster.run(*minicluster.enter_node_netns(node), "cat", EPHEMERAL).stdout for node in nodes
+    }
+
+    def set_ranges(value: dict[str, str]) -> None:
+        for node, text in value.items():
+            minicluster.run(
+                *minicluster.enter_node_netns(node), "sh", "-c", f'echo "$1" >{EPHEMERAL}', "-", text
+            )
+
+    set_ranges(dict.fromkeys(nodes, "24000 31999"))
+    try:
+        workdir = slurm_tmp / "ephemeral"
+        workdir.mkdir(mode=0o755)
+        render = ["--nodes", "2", "--gpus-per-node", "0", "--no-exclusive", "--"]
+        render += ["python", "-c", "import ray; ray.init()"]
+        job_id, logs = submit(minicluster, workdir, render, "--partition=shared", "-c", "1", "--mem=500")
+        result = minicluster.wait(job_id)
+    finally:
+        set_ranges({node: text.strip() for node, text in ranges.items()})
+    assert (result.state, result.exit_code) == ("COMPLETED", 0), job_report(minicluster, workdir, job_id)
+    blocks = port_blocks(logs)
+    assert len(blocks) == 2 and all(taken == {"32000-32499"} for taken in blocks.values()), blocks
+    warned = [
+        p
+        for p in (logs.path / protocol.NODE_LOG_DIR).iterdir()
+        if "ephemeral port range" in p.read_text(errors="replace")
+    ]
+    assert warned == []
+    assert_clean(minicluster, job_id)
