@@ -4,6 +4,7 @@ when the submitting shell's RAY_ADDRESS names the other's, and neither ending no
 other."""
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -131,6 +132,25 @@ def test_two_jobs_on_the_same_two_nodes_each_reach_only_their_own_cluster(
         assert_clean(minicluster, job_id)
 
 
+def sockets_between(minicluster: MiniCluster, node: str, first: int, last: int) -> list[int]:
+    """The local ports in ``first..last`` of every TCP socket in ``node``'s network namespace (listening,
+    connected or closing), read as the node script reads them."""
+    ports = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        rows = minicluster.run(*minicluster.enter_node_netns(node), "cat", table).stdout.splitlines()[1:]
+        ports += [int(row.split()[1].rsplit(":", 1)[1], 16) for row in rows]
+    return sorted(port for port in ports if first <= port <= last)
+
+
+def wait_until_free(minicluster: MiniCluster, nodes: list[str], first: int, last: int) -> None:
+    deadline = time.monotonic() + 180
+    while busy := {
+        node: ports for node in nodes if (ports := sockets_between(minicluster, node, first, last))
+    }:
+        assert time.monotonic() < deadline, f"ports {first}-{last} still held after 180 s: {busy}"
+        time.sleep(2)
+
+
 def test_every_node_takes_the_one_block_outside_its_ephemeral_ports(
     minicluster: MiniCluster, slurm_tmp: Path
 ) -> None:
@@ -149,6 +169,8 @@ def test_every_node_takes_the_one_block_outside_its_ephemeral_ports(
 
     set_ranges(dict.fromkeys(nodes, "24000 31999"))
     try:
+        # The job before may have taken that block: its closing sockets hold it up to a minute.
+        wait_until_free(minicluster, nodes, 32000, 32499)
         workdir = slurm_tmp / "ephemeral"
         workdir.mkdir(mode=0o755)
         render = ["--nodes", "2", "--gpus-per-node", "0", "--no-exclusive", "--"]
