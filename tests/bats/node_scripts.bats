@@ -217,6 +217,17 @@ assert_block_taken_twice() {
   assert_output "1"
 }
 
+@test "reserved ports that straddle a port span or the ephemeral range's edge count only where they overlap" {
+  export FAKE_RAY_START_EXIT=1
+  printf '127.0.0.1:9\n' >"${LOG_DIR}/${P_STARTED_RAY_HEAD}"
+  # The 708 of the test above, less 8001, 8076, 8077 and the workers' 8900-8999.
+  start_node_with_ephemeral_ports "$P_WORKER_SCRIPT" "8000 60999" "7990-8001,8070-8078,8900-9100"
+  wait_node
+  assert_failure 1
+  run grep -c "warning: 605 of Ray's ports on nodeA lie in its ephemeral port range 8000-60999 " "$node_log"
+  assert_output "1"
+}
+
 @test "a worker that cannot reach the head either names no node as failed" {
   # The head's node died (nothing listens at its address): every worker's Ray fails, through no fault of
   # its own, and none of them may be left out of the next job.

@@ -280,22 +280,23 @@ start_ray() {
 # in. Sets EXPOSED to how many of the ports in the spans "$1..$2" "$3..$4" ... such a connection may take
 # (0 where /proc/sys says nothing), and EPHEMERAL to the range.
 exposed_ports() {
-  local low high first last port item
+  local low high first last item from to
   local -a reserved=()
   EXPOSED=0 EPHEMERAL=""
   read -r low high </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || return 0
   [[ $low =~ ^[0-9]+$ && $high =~ ^[0-9]+$ ]] || return 0
   EPHEMERAL="${low}-${high}"
-  # Items read "8000-8999" or "9000", comma-separated; empty by default.
+  # Items read "8000-8999" or "9000", comma-separated; empty by default. The kernel keeps them as a
+  # bitmap and prints them merged, so no two overlap and each can be taken off by its overlap alone.
   IFS=, read -ra reserved </proc/sys/net/ipv4/ip_local_reserved_ports 2>/dev/null || true
   while (($# >= 2)); do
     first=$(($1 > low ? $1 : low)) last=$(($2 < high ? $2 : high))
     shift 2
-    for ((port = first; port <= last; port++)); do
-      for item in ${reserved[@]+"${reserved[@]}"}; do
-        if ((port >= ${item%-*} && port <= ${item#*-})); then continue 2; fi
-      done
-      EXPOSED=$((EXPOSED + 1))
+    ((first <= last)) || continue
+    EXPOSED=$((EXPOSED + last - first + 1))
+    for item in ${reserved[@]+"${reserved[@]}"}; do
+      from=$((${item%-*} > first ? ${item%-*} : first)) to=$((${item#*-} < last ? ${item#*-} : last))
+      ((from > to)) || EXPOSED=$((EXPOSED - (to - from + 1)))
     done
   done
 }
