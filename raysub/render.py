@@ -128,17 +128,24 @@ def node_programs(spec: JobSpec) -> list[str]:
     return [name for name, used in wanted.items() if used]
 
 
-def _imported(module: Path, package: Path) -> set[Path]:
-    """The raysub modules that ``module`` imports (at the top or inside a function), as files."""
-    names = []
-    for node in ast.walk(ast.parse(module.read_text())):
+@cache
+def _import_names(source: str) -> tuple[str, ...]:
+    """The module names a module of this source imports (at the top or inside a function). Kept by
+    source, not by file: parsing is most of a render's time, and a changed file is parsed again."""
+    names: list[str] = []
+    for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.ImportFrom) and node.module:
             # "from raysub.protocol import gcs" imports raysub.protocol and, as a module, its gcs.
             names += [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
         elif isinstance(node, ast.Import):
             names += [alias.name for alias in node.names]
+    return tuple(names)
+
+
+def _imported(module: Path, package: Path) -> set[Path]:
+    """The raysub modules that ``module`` imports, as files."""
     found = set()
-    for name in names:
+    for name in _import_names(module.read_text()):
         if name.split(".")[0] != package.name:
             continue
         path = package.parent.joinpath(*name.split("."))
