@@ -243,6 +243,10 @@ _DETACHED_THROUGHPUTS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(rf'"overall_throughput": {_FIGURE}'), SAMPLES),  # InstructLab's metrics JSON
 )
 
+# What every line either tuple above reads holds: the other lines between two steps are passed over
+# without trying each pattern (tests/unit/test_health_progress.py checks each pattern names one).
+_DETACHED_WORDS = ("tim", "amples", "perf/", "throughput")
+
 
 @dataclass(frozen=True)
 class Throughput:
@@ -283,6 +287,36 @@ class StepPoint:
 
 
 @dataclass(frozen=True)
+class _Nearby:
+    """What the lines between two step lines state on lines of their own, read once as the later step
+    line comes, so that a long log keeps no lines but the step lines': the first throughput (the earlier
+    step's, as points() reads it), and the last time a step took and throughput (the later step's, as
+    latest() reads them, nearest first)."""
+
+    first_throughput: Throughput | None = None
+    last_seconds: float | None = None
+    last_throughput: Throughput | None = None
+
+    @classmethod
+    def of(cls, messages: Iterable[str]) -> _Nearby:
+        first_rate = last_rate = last_seconds = None
+        for message in messages:
+            if not any(word in message for word in _DETACHED_WORDS):
+                continue
+            rate = throughput(message, _DETACHED_THROUGHPUTS)
+            seconds = seconds_per_step(message, _DETACHED_SECONDS)
+            first_rate = first_rate or rate
+            last_rate = rate or last_rate
+            last_seconds = last_seconds if seconds is None else seconds
+        if first_rate is None and last_seconds is None:
+            return _NOTHING_NEARBY
+        return cls(first_rate, last_seconds, last_rate)
+
+
+_NOTHING_NEARBY = _Nearby()
+
+
+@dataclass(frozen=True)
 class _Match:
     step: int
     total: int | None
@@ -292,7 +326,7 @@ class _Match:
     bare_bar: bool = False
     timed: bool = True  # whether the line's times and rates are those of training steps
     framework: str = ""  # the pattern's that read it
-    before: tuple[Line, ...] = ()  # the lines between the previous step line and this one
+    before: _Nearby = _NOTHING_NEARBY  # what the lines between the previous step line and this one state
 
 
 def seconds_per_step(
@@ -362,7 +396,7 @@ class _Reading:
         self.patterns = patterns
         self.guarded = guarded
         self.matches: list[_Match] = []
-        self.since: deque[Line] = deque(maxlen=NEARBY)  # the last lines after the latest step line
+        self.since: deque[str] = deque(maxlen=NEARBY)  # the last lines after the latest step line
         self.bare_total: int | None = None  # the first bar without a description: the training bar
         self.total_line: int | None = None  # a total stated on a line of its own
         self.validation_open = False  # a validation bar has been drawn and has not finished
@@ -382,7 +416,7 @@ class _Reading:
             if self.guarded and (stated := _TOTAL_LINE.search(line.message)):
                 self.total_line = int(stated["total"])
             self.evaluating = self.evaluating or bool(_HF_EVALUATION.search(line.message))
-            self.since.append(line)
+            self.since.append(line.message)
             return
         if match.bare_bar:
             if self.evaluating and match.total != self.bare_total:
@@ -393,7 +427,7 @@ class _Reading:
                 return  # an evaluation bar
         if match.bar:
             self._follow_bar(match)
-        self.matches.append(replace(match, before=tuple(self.since)))
+        self.matches.append(replace(match, before=_Nearby.of(self.since)))
         self.since.clear()
 
     def _follow_bar(self, match: _Match) -> None:
@@ -440,11 +474,11 @@ class _Reading:
             # library's own counter next to the trainer's) measures something else.
             same = [m for m in usable if m.timed and m.framework == last.framework]
             earlier = (m.line.message for m in reversed(same[-NEARBY:-1]))
-            nearby = [line.message for line in (*self.since, *reversed(last.before))]
             seconds = _first(
                 chain(
                     (seconds_per_step(last.line.message),),
-                    (seconds_per_step(line, _DETACHED_SECONDS) for line in nearby),
+                    (seconds_per_step(line, _DETACHED_SECONDS) for line in self.since),
+                    (last.before.last_seconds,),
                     (_between_stamps(same),),
                     (seconds_per_step(line) for line in earlier),
                 )
@@ -452,7 +486,8 @@ class _Reading:
             rate = _first(
                 chain(
                     (throughput(last.line.message),),
-                    (throughput(line, _DETACHED_THROUGHPUTS) for line in nearby),
+                    (throughput(line, _DETACHED_THROUGHPUTS) for line in self.since),
+                    (last.before.last_throughput,),
                     (throughput(line) for line in earlier),
                 )
             )
@@ -463,7 +498,7 @@ class _Reading:
         count that is no training step is left out, and so is a bar's count below the furthest it
         reached when two processes draw that bar. A step shown again (a bar redrawn) is one point."""
         usable = [m for m in map(self._usable, self.matches) if m is not None]
-        after = [*(m.before for m in usable[1:]), tuple(self.since)] if usable else []
+        after = [*(m.before for m in usable[1:]), _Nearby.of(self.since)] if usable else []
         furthest: dict[tuple[str, int], int] = {}
         points: list[StepPoint] = []
         for match, following in zip(usable, after, strict=True):
@@ -476,12 +511,7 @@ class _Reading:
                 continue
             rate = None
             if match.timed:
-                rate = _first(
-                    chain(
-                        (throughput(match.line.message),),
-                        (throughput(line.message, _DETACHED_THROUGHPUTS) for line in following),
-                    )
-                )
+                rate = throughput(match.line.message) or following.first_throughput
             stamp = _stamp(match.line.message)
             points.append(StepPoint(match.line.number, stamp and stamp[0], match.step, rate))
         return points

@@ -90,6 +90,17 @@ def clean(number: int, raw: str) -> Line:
 
 
 def lines(text: str) -> Iterator[Line]:
-    """The lines of ``text``, cleaned."""
-    for number, raw in enumerate(text.split("\n"), start=1):
-        yield clean(number, raw)
+    """The lines of ``text``, cleaned; one at a time, so that a long log is never held twice."""
+    start = 0
+    for number, end in enumerate(_ends(text), start=1):
+        yield clean(number, text[start:end])
+        start = end + 1
+
+
+def _ends(text: str) -> Iterator[int]:
+    """Where each line of ``text`` ends: at each newline, and at the end of the text."""
+    end = text.find("\n")
+    while end >= 0:
+        yield end
+        end = text.find("\n", end + 1)
+    yield len(text)

@@ -1,18 +1,23 @@
 """raysub.health.progress on lines in the formats trainers print (tests/fixtures/logs/ holds longer
 samples, hand-written in those formats)."""
 
+import re
 from pathlib import Path
 
 import pytest
 
 from raysub import health
 from raysub.health.progress import (
+    _DETACHED_SECONDS,
+    _DETACHED_THROUGHPUTS,
+    _DETACHED_WORDS,
     DEFAULT_PATTERNS,
     Progress,
     StepPattern,
     Throughput,
     progress,
     seconds_per_step,
+    step_points,
 )
 from raysub.health.text import clean
 
@@ -267,6 +272,33 @@ def test_carriage_returns_spelled_by_a_forwarder() -> None:
 def test_throughput_as_the_log_states_it(line: str, value: float, unit: str) -> None:
     found = progress(line)
     assert found is not None and found.throughput == Throughput(value, unit)
+
+
+@pytest.mark.parametrize(
+    "pattern", [p for p, _ in (*_DETACHED_SECONDS, *_DETACHED_THROUGHPUTS)], ids=lambda p: p.pattern
+)
+def test_each_pattern_for_lines_of_their_own_holds_a_word_such_lines_are_looked_for_by(
+    pattern: re.Pattern[str],
+) -> None:
+    # The lines between two steps are tried against these patterns only when they hold one of the words.
+    assert any(word in pattern.pattern for word in _DETACHED_WORDS)
+
+
+def test_a_time_and_a_throughput_on_lines_of_their_own_between_many_other_lines() -> None:
+    # Lines of tests/fixtures/corpus/progress/hf-trainer-tqdm-redrawn-around-step-dicts.log, the cleared
+    # bar many times over: what the step before and after a step line states is read all the same.
+    cleared = " " * 51
+    before = "{'train_step_runtime': 0.6715, 'train_step_samples_per_second': 53.608, 'epoch': 0.99}"
+    after = "{'train_step_runtime': 0.6717, 'train_step_samples_per_second': 53.592, 'epoch': 0.99}"
+    first = " 99%|█████████▊| 2089/2120 [26:03<00:21,  1.45it/s]"
+    second = " 99%|█████████▊| 2090/2120 [26:04<00:20,  1.43it/s]"
+    text = "\n".join([first, *[cleared] * 40, before, *[cleared] * 40, second, *[cleared] * 40, after])
+    found = progress(text)
+    assert found is not None and (found.step, found.throughput) == (2090, Throughput(53.592, "samples/s"))
+    found = progress(text.removesuffix(after))
+    assert found is not None and (found.step, found.throughput) == (2090, Throughput(53.608, "samples/s"))
+    points = [(point.step, point.throughput) for point in step_points(text)]
+    assert points == [(2089, Throughput(53.608, "samples/s")), (2090, Throughput(53.592, "samples/s"))]
 
 
 def test_seconds_per_step_from_timestamps_only_when_precise_enough() -> None:
