@@ -19,6 +19,16 @@ def run_benchmark(program: str, *args: str) -> str:
     return done.stdout
 
 
+def test_the_log_reading_benchmark_reads_every_step_and_meets_its_target(tmp_path: Path) -> None:
+    results = tmp_path / "log_reading.json"
+    run_benchmark("log_reading.py", "--steps", "200", "--between", "0", "50", "--json", str(results))
+    rows = json.loads(results.read_text())["results"]
+    assert [(row["between"], row["steps_read"], row["within_target"]) for row in rows] == [
+        (0, 200, None),
+        (50, 200, True),
+    ]
+
+
 def test_the_monitor_benchmark_runs() -> None:
     assert "one cycle, 4 endpoints" in run_benchmark("monitor.py", "--endpoints", "4", "--repeats", "1")
 
