@@ -243,8 +243,8 @@ _DETACHED_THROUGHPUTS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(rf'"overall_throughput": {_FIGURE}'), SAMPLES),  # InstructLab's metrics JSON
 )
 
-# What every line either tuple above reads holds: the other lines between two steps are passed over
-# without trying each pattern (tests/unit/test_health_progress.py checks each pattern names one).
+# Every line either tuple above reads holds one of these words, so a line between two steps that holds
+# none is passed over without trying the patterns (tests/unit/test_health_progress.py checks each names one).
 _DETACHED_WORDS = ("tim", "amples", "perf/", "throughput")
 
 
