@@ -3,6 +3,7 @@
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, Literal, cast, get_args
 
 from raysub.errors import OptionError
@@ -424,6 +425,9 @@ class JobSpec:
     exclusive: bool = True
     sbatch_args: tuple[str, ...] = ()
     log_dir: str | None = None
+    # Where LOG_DIR goes when log_dir (the submit directory) lets someone else rename what it holds;
+    # None: such a job does not start (docs/security.md).
+    private_log_dir: str | None = None
     container_image: str | None = None
     container_mounts: str | None = None
     container_workdir: str | None = None  # None: the submit directory, mounted (as ray.sub)
@@ -669,6 +673,12 @@ class JobSpec:
         return "gpu" if self.counts_gpus else "node"
 
     @property
+    def private_log_base(self) -> str | None:
+        """--private-log-dir with a leading ~ taken as the home of whoever renders (a raysub.toml profile
+        may say ~/raysub-logs; the job's shell would not expand it, and may have no HOME)."""
+        return None if self.private_log_dir is None else str(Path(self.private_log_dir).expanduser())
+
+    @property
     def log_dir_mode(self) -> str:
         """--log-mode as four octal digits (after check)."""
         return f"{int(self.log_mode, 8):04o}"
@@ -910,12 +920,13 @@ class JobSpec:
                 f"{self.log_mode}: a log directory that others can write lets them replace the scripts "
                 "the nodes run and the signal files the job trusts; give the group read (0750) at most",
             )
-        if self.log_dir is not None and re.search(r"[%\\\x00-\x1f\x7f]", self.log_dir):
-            raise SpecError(
-                "--log-dir",
-                f"{self.log_dir!r}: srun's --output reads % and backslash as patterns, and newlines "
-                "break Slurm's files; choose a path without them",
-            )
+        for option, path in (("--log-dir", self.log_dir), ("--private-log-dir", self.private_log_dir)):
+            if path is not None and re.search(r"[%\\\x00-\x1f\x7f]", path):
+                raise SpecError(
+                    option,
+                    f"{path!r}: srun's --output reads % and backslash as patterns, and newlines "
+                    "break Slurm's files; choose a path without them",
+                )
 
     def _check_temp_dir(self) -> None:
         path = self.ray_temp_dir

@@ -9,7 +9,9 @@ from pathlib import Path
 
 from raysub import jobs, slurm
 from raysub.jobs import Job
+from raysub.log_base import swappable
 from raysub.protocol import LogDir
+from raysub.spec import JobSpec
 from raysub.status import COMING_UP, JobPoll, Phase, Status, read_status
 from raysub.validate import validate
 
@@ -19,6 +21,27 @@ MISSING_SHOWN = 3
 
 class SubmitError(RuntimeError):
     pass
+
+
+def log_base(spec: JobSpec, cwd: Path) -> Path:
+    """Where the job submitted from ``cwd`` puts its LOG_DIR: its --log-dir (a relative one is taken from
+    ``cwd``, where the job starts), or --private-log-dir when another user could swap the former
+    (raysub.log_base). SubmitError, saying why, when the job would not start for that reason."""
+    base = cwd / Path(spec.log_dir).expanduser() if spec.log_dir else cwd
+    why = swappable(base)
+    if why is None:
+        return base
+    if spec.private_log_base is None:
+        raise SubmitError(
+            f"the job would not start: {why}, and so could put a LOG_DIR of its own in its place; submit "
+            "from, or pass --log-dir, a directory only you can write, or pass --private-log-dir DIR "
+            "(docs/security.md)"
+        )
+    private = cwd / spec.private_log_base
+    why_private = swappable(private)
+    if why_private is not None:
+        raise SubmitError(f"the job would not start: {why_private} (--private-log-dir)")
+    return private
 
 
 def sbatch(script: str, cwd: Path, keep: Path | None = None) -> str:

@@ -136,6 +136,14 @@ def profile_keys(command: click.Command) -> dict[str, click.Parameter]:
     "--log-dir", help="Base directory of the job's LOG_DIR (<base>/<jobid>-logs); default the submit dir."
 )
 @option(
+    "--private-log-dir",
+    metavar="DIR",
+    help="Where LOG_DIR goes when the --log-dir base (default the submit dir), or a directory above it, "
+    "lets someone else rename what it holds (a group-writable project directory without the sticky bit): "
+    "DIR/<jobid>-logs, said in the job's output. Without it such a job does not start. E.g. "
+    "~/raysub-logs on a home every node mounts (~ is your home where you render).",
+)
+@option(
     "--srun-arg",
     "srun_args",
     multiple=True,
@@ -440,10 +448,10 @@ def _submit(ctx: click.Context, /, output: Path | None, wait: bool, **values: An
     spec, script = rendered(ctx, values)
     cwd = Path.cwd()
     try:
+        base = submitting.log_base(spec, cwd)
         job_id = submitting.sbatch(script, cwd, output)
     except submitting.SubmitError as error:
         raise click.ClickException(str(error)) from error
-    base = Path(spec.log_dir).expanduser() if spec.log_dir else cwd
     click.echo(f"raysub: submitted job {job_id}; its logs go to {LogDir.of(base, job_id).path}", err=True)
     if spec.array is not None:
         click.echo(f"raysub: an array job: follow a task with raysub status {job_id}_TASK --follow", err=True)

@@ -5,6 +5,7 @@ others; raysub attach and attach.sh refuse a signal file that someone else could
 
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -88,10 +89,12 @@ def submit_as(
     return job_id, LogDir.of(workdir, job_id)
 
 
-def user_dir(user: users.User, acl: bool = False) -> Path:
+def user_dir(user: users.User, acl: bool = False, mode: int = 0o755) -> Path:
+    """A submit directory of ``user``'s. With ``acl``, a project directory the group may write, with the
+    sticky bit (without it a job does not start there: see test_a_shared_submit_directory_*)."""
     workdir = Path(tempfile.mkdtemp(prefix="raysub-submit-", dir="/tmp"))
     os.chown(workdir, user.uid, user.gid)
-    workdir.chmod(0o2770 if acl else 0o755)
+    workdir.chmod(0o3770 if acl else mode)
     if acl:  # a project directory: the group may do anything, and so, by default, in what is made in it
         entry = f"g:{users.GROUP}:rwx"
         subprocess.run(["setfacl", "-m", entry, "-d", "-m", entry, str(workdir)], check=True)
@@ -244,3 +247,119 @@ def assert_clean_except(cluster: MiniCluster, job_id: int) -> None:
     left = cluster.wait_no_leftovers()
     assert left == [], left
     assert not list(Path("/tmp").glob("rs-??????")), "the job's own temp dirs were not removed"
+
+
+# The driver of a job with --driver-restarts: each run waits until the test says the group member has
+# had her go at the job's LOG_DIR (a file named after the run in the submit directory), then the first
+# run fails (a restart: the checkpoint finder and the clean-up run) and the second ends the job (every
+# node keeps its Ray logs as it leaves).
+RESTARTING = (
+    "import pathlib, sys, time\n"
+    "run = 'second' if pathlib.Path('first-run').exists() else 'first'\n"
+    "pathlib.Path(run + '-run').touch()\n"
+    "deadline = time.time() + 120\n"
+    "while not pathlib.Path(run + '-swapped').exists() and time.time() < deadline:\n"
+    "    time.sleep(0.2)\n"
+    "print(run, 'run', flush=True)\n"
+    "sys.exit(1 if run == 'first' else 0)\n"
+)
+
+
+def swap_log_dir(
+    cluster: MiniCluster, mallory: users.User, bin_dir: Path, workdir: Path, job_id: int
+) -> None:
+    """As the group member: move ``<job_id>-logs`` away if it is there, and put her own in its place,
+    every script and node program of a job in it writing her mark (``id -u``) into /tmp."""
+    mark = PWNED
+    py = f"import os; open({str(mark)!r}, 'a').write(str(os.getuid()) + '\\n')\n"
+    sh = f"id -u >>{mark}\n"
+    plant = {
+        **{f"{protocol.NODE_PYTHON_DIR}/raysub/{name}": py for name in ("__init__.py", "node/__init__.py")},
+        **{f"{protocol.NODE_PYTHON_DIR}/raysub/node/{p.name}": py for p in NODE_PROGRAMS.glob("*.py")},
+        **{f"{protocol.NODE_PYTHON_DIR}/driver_gate/sitecustomize.py": py},
+        **{name: sh for name in SCRIPTS},
+    }
+    target = f"{job_id}{protocol.LOG_DIR_SUFFIX}"
+    lines = ["set -e", f"cd {workdir}", f"if [ -e {target} ]; then mv {target} {target}.away; fi"]
+    for name, text in plant.items():
+        lines.append(f"mkdir -p {target}/{Path(name).parent}")
+        lines.append(f"printf %s {shlex.quote(text)} >{target}/{name}")
+    lines.append(f"chmod -R a+rwX {target}")
+    conf = cluster.env["SLURM_CONF"]
+    users.run_as(mallory, ["bash", "-c", "\n".join(lines)], workdir, bin_dir, conf)
+
+
+PWNED = Path("/tmp/raysub-pwned")
+
+
+def private_job_report(workdir: Path, logs: LogDir) -> str:
+    """How a job whose logs are not in its submit directory ended."""
+    job_id = logs.path.name.removesuffix(protocol.LOG_DIR_SUFFIX)
+    found = [workdir / f"slurm-{job_id}.out", logs.ended, logs.file(protocol.TIMELINE), logs.head_log]
+    return "\n".join(f"--- {p}\n{p.read_text(errors='replace')}" for p in found if p.exists())
+
+
+NODE_PROGRAMS = Path(__file__).parents[2] / "raysub" / "node"
+SCRIPTS = (
+    protocol.HEAD_SCRIPT,
+    protocol.WORKER_SCRIPT,
+    protocol.DRIVER_SCRIPT,
+    protocol.SHARED_BASH,
+    protocol.NODE_BASH,
+)
+
+
+def test_a_shared_submit_directory_is_refused_and_a_private_base_keeps_a_swap_out(
+    minicluster: MiniCluster, site: tuple[users.User, users.User, Path]
+) -> None:
+    """In a 2770 project directory (the group may rename anything in it) a job does not start; with
+    --private-log-dir it runs from there, and the group member's own <jobid>-logs, put in place at the
+    first driver restart and again before the job ends, never runs as the job's user."""
+    alice, mallory, bin_dir = site
+    conf = minicluster.env["SLURM_CONF"]
+    workdir = user_dir(alice, mode=0o2770)
+    private = alice.home / "raysub-logs"
+    checkpoints = alice.home / "ckpt"
+    PWNED.unlink(missing_ok=True)
+    render = [*TWO_NODES, "--driver-restarts", "2", "--checkpoint-dir", str(checkpoints)]
+    try:
+        users.run_as(alice, ["mkdir", "-p", str(checkpoints)], workdir, bin_dir, conf)
+        refused, _ = submit_as(minicluster, alice, bin_dir, workdir, [*render, "--", "python", "-c", "1"])
+        result = minicluster.wait(refused)
+        out = (workdir / f"slurm-{refused}.out").read_text()
+        assert (result.state, result.exit_code) == ("FAILED", 1), out
+        said = f"the job does not start: {workdir} (mode 2770) lets group {users.GROUP} rename what it holds"
+        assert f"raysub: {said}" in out
+        assert not list(workdir.glob(f"{refused}*{protocol.LOG_DIR_SUFFIX}"))
+
+        job_id, _ = submit_as(
+            minicluster,
+            alice,
+            bin_dir,
+            workdir,
+            [*render, "--private-log-dir", str(private), "--", "python", "-c", RESTARTING],
+        )
+        logs = LogDir.of(private, job_id)
+        for run in ("first", "second"):
+            deadline = time.monotonic() + 120
+            while not (workdir / f"{run}-run").exists():
+                if not minicluster.is_queued(job_id) or time.monotonic() > deadline:
+                    pytest.fail(f"no {run} run of the driver\n{private_job_report(workdir, logs)}")
+                time.sleep(0.2)
+            swap_log_dir(minicluster, mallory, bin_dir, workdir, job_id)
+            (workdir / f"{run}-swapped").touch()
+        result = minicluster.wait(job_id)
+        out = (workdir / f"slurm-{job_id}.out").read_text()
+        assert (result.state, result.exit_code) == ("COMPLETED", 0), private_job_report(workdir, logs)
+        assert f"this job's logs go under --private-log-dir {private} instead" in out
+        said = "".join(p.read_text() for p in logs.path.glob("ray-driver*.log"))
+        assert ("first run\n" in said, "second run\n" in said) == (True, True), said
+        restarts = [e for e in logs.timeline() if e.phase == protocol.PHASE_DRIVER_RESTART]
+        assert len(restarts) == 1, restarts
+        assert not PWNED.exists(), f"the group member's code ran as uid {PWNED.read_text()}"
+        assert_private(logs, alice.uid)
+        assert_clean(minicluster, job_id)
+    finally:
+        PWNED.unlink(missing_ok=True)
+        shutil.rmtree(workdir, ignore_errors=True)
+        shutil.rmtree(private, ignore_errors=True)

@@ -53,8 +53,9 @@ def readable_lines(spec: JobSpec) -> int:
 
 
 def test_a_plain_jobs_readable_part_is_a_few_hundred_lines() -> None:
-    assert readable_lines(PLAIN) < 450
-    assert readable_lines(BIGGEST) < 500
+    # 450 and 500 until the check that LOG_DIR's base is safe from other users (about 45 lines) came.
+    assert readable_lines(PLAIN) < 475
+    assert readable_lines(BIGGEST) < 525
 
 
 @pytest.mark.parametrize("name", sorted(SPECS))
