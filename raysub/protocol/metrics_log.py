@@ -82,13 +82,16 @@ def read_snapshots(path: Path) -> list[Snapshot]:
         try:
             record = json.loads(line)
             nodes = record.get("nodes", {})
+            failed = list(record.get("failed", []))
             snapshot = Snapshot(
                 t=float(record["t"]),
                 nodes={name: NodeMetrics.from_dict(data) for name, data in nodes.items()},
                 urls={name: data["url"] for name, data in nodes.items() if data.get("url")},
-                failed=list(record.get("failed", [])),
+                failed=failed,
             )
         except (ValueError, KeyError, TypeError, AttributeError):
+            continue
+        if not all(isinstance(name, str) for name in failed):  # node names, as the writer writes them
             continue
         snapshots.append(snapshot)
     return snapshots

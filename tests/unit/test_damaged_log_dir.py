@@ -70,6 +70,8 @@ COMMANDS = [
         protocol.ENDED: b"driver exited with status 1 \xe9\n",
     }
 )
+@example(files={protocol.METRICS: b'{"t": false, "failed": [null]}'})  # found by a full run: not a node name
+@example(files={protocol.METRICS: b'{"detail": null, "failed": [null, []], "t": false}'})
 def test_every_reading_command_survives_any_bytes_in_the_log_dir(
     raysub_cli: RunCli, files: dict[str, bytes]
 ) -> None:
