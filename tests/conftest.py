@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from raysub.cli import main
+from tests.support import phases
 from tests.support.minicluster import MiniCluster, unavailable_reason
 from tests.support.prereq import REPO, need
 
@@ -51,6 +52,10 @@ def slurm_tmp(tmp_path: Path) -> Path:
     """A job directory every node can reach (the nodes share this machine's filesystem)."""
     tmp_path.chmod(0o755)
     return tmp_path
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    phases.register(config)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
