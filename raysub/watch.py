@@ -19,20 +19,18 @@ import re
 import secrets
 import socket
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import filelock
-
 from raysub import jobs, protocol, slurm
 from raysub.jobs import Job
 from raysub.resume import checkpoint_dir_problem
 from raysub.status import FINAL_STATES, JobPoll
+from raysub.watch_files import KeptScript, WatchError, WatchFiles, locked
 
 if TYPE_CHECKING:
     from raysub.health.checkup import Finding
@@ -57,10 +55,6 @@ FAULT_DRIVER = "driver"
 FAULT_BRING_UP = "bring-up"
 # Lines of the driver's log quoted when watch gives up on quick failures.
 LAST_LINES = 8
-
-
-class WatchError(Exception):
-    """A run that cannot start or go on; the message says what to do."""
 
 
 class Backoff:
@@ -148,6 +142,8 @@ class WatchState:
     # The comment (sbatch --comment) of the submission under way: after an sbatch that failed or timed
     # out, Slurm is asked whether a job carries it before anything is submitted again.
     token: str | None = None
+    # The copy of the script every submission submits, made at the run's start (raysub.watch_files).
+    script_copy: str | None = None
     submit_failures: int = 0  # failed submissions in a row
     submit_failing_since: float | None = None
     history: list[Attempt] = field(default_factory=list)
@@ -404,27 +400,15 @@ def log_dir_of(job_id: str, base: Path, index: Path | None = None) -> Job | None
     return found[-1] if found else None
 
 
-@dataclass(frozen=True)
-class WatchFiles:
-    """The files of one run, side by side: <base>/<script name>.watch.{json,lock,log}."""
-
-    state: Path
-    lock: Path
-    log: Path
-
-    @classmethod
-    def beside(cls, base: Path, script: Path) -> "WatchFiles":
-        stem = base / f"{script.name}.watch"
-        return cls(Path(f"{stem}.json"), Path(f"{stem}.lock"), Path(f"{stem}.log"))
-
-    def load(self) -> WatchState | None:
-        """The run the state file holds; None when there is none."""
-        try:
-            return WatchState.from_json(self.state.read_text())
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError) as error:
-            raise WatchError(f"{self.state} is not a raysub watch state ({error}); move it away") from error
+def load_state(files: WatchFiles) -> "WatchState | None":
+    """The run the state file holds; None when there is none."""
+    text = files.load_text()
+    if text is None:
+        return None
+    try:
+        return WatchState.from_json(text)
+    except ValueError as error:
+        raise WatchError(f"{files.state} is not a raysub watch state ({error}); move it away") from error
 
 
 def stamp(when: float) -> str:
@@ -437,8 +421,10 @@ class Watcher:
     after every step and writing every decision to the log file and ``settings.echo``. Slurm is asked at
     most once per ``settings.interval`` (one :class:`raysub.status.JobPoll` per job)."""
 
-    def __init__(self, files: WatchFiles, state: WatchState, settings: Settings, base: Path) -> None:
-        self.files, self.state, self.base = files, state, base
+    def __init__(
+        self, files: WatchFiles, state: WatchState, settings: Settings, base: Path, kept: KeptScript
+    ) -> None:
+        self.files, self.state, self.base, self.kept = files, state, base, kept
         self.settings, self.rules, self.clock = settings, settings.rules, settings.clock
         self._poll: JobPoll | None = None
         self._said = ""
@@ -447,13 +433,12 @@ class Watcher:
     def note(self, message: str) -> None:
         """One decision, with its time, into the log file and to ``echo``."""
         line = f"{stamp(self.clock())} {message}"
-        with self.files.log.open("a") as log:
-            log.write(line + "\n")
+        self.files.append(line)
         self.settings.echo(line)
 
     def save(self) -> None:
         self.state.watcher = f"{os.getpid()}@{socket.gethostname()}"
-        protocol.write_atomic(self.files.state, self.state.to_json())
+        self.files.save(self.state.to_json())
 
     def run(self) -> WatchState:
         """Go on until the run is over; the final state."""
@@ -493,9 +478,18 @@ class Watcher:
         newest = f"the newest checkpoint is {found}" if found is not None else "no checkpoint yet"
         self.note(f"{newest}; the job resumes from the newest one when its driver starts")
 
+    def _say_changed(self) -> None:
+        """Notes it when the script is no longer what the run checked at its start: the copy goes."""
+        how = self.kept.changed()
+        if how is not None:
+            self.note(
+                f"{self.state.script} {how} since the run started; submitting the copy checked then, "
+                f"{self.kept.copy}"
+            )
+
     def _options(self) -> list[str]:
         """sbatch's options for the next submission: its token, and the nodes to leave out."""
-        excluded = [*script_excludes(Path(self.state.script)), *self.state.excluded]
+        excluded = [*script_excludes(self.kept.copy), *self.state.excluded]
         return [f"--comment={self.state.token}", *([f"--exclude={','.join(excluded)}"] if excluded else [])]
 
     def _queued_already(self) -> str | None:
@@ -519,9 +513,10 @@ class Watcher:
                     state.token = f"raysub-watch-{secrets.token_hex(6)}"
                     self.save()
                 self._say_checkpoint()
+                self._say_changed()
                 env = settings.checkpoints.env() if settings.checkpoints else {}
                 job_id = slurm.submit(
-                    Path(state.script), Path(state.workdir), env, self._options(), settings.submit_timeout
+                    self.kept.copy, Path(state.workdir), env, self._options(), settings.submit_timeout
                 )
         except slurm.SlurmError as error:
             self._submit_failed(error)
@@ -774,46 +769,42 @@ def _one_job(target: Target) -> Target:
 def _holder(files: WatchFiles) -> str:
     """ " (pid@host)" of the watcher that last wrote the state file, if it says."""
     try:
-        state = files.load()
+        state = load_state(files)
     except WatchError:
         return ""
     return f" ({state.watcher})" if state is not None and state.watcher else ""
 
 
-@contextmanager
-def locked(files: WatchFiles) -> Iterator[None]:
-    """Hold the run's lock: one watcher per run. WatchError at once when another watcher holds it."""
-    lock = filelock.FileLock(files.lock, timeout=0)
-    try:
-        lock.acquire()
-    except filelock.Timeout:
-        raise WatchError(
-            f"another raysub watch{_holder(files)} is watching this run: {files.lock} is locked; "
-            "stop that watcher first, or leave it be"
-        ) from None
-    try:
-        yield
-    finally:
-        lock.release()
-
-
-def open_run(files: WatchFiles, target: Target, now: float) -> tuple[WatchState, str]:
-    """The run to carry on: the state file's, or a new run when it has none or its run is over; and a line
-    for the log saying which. A job to adopt becomes the job watched, unless the run watches another."""
-    previous = files.load()
-    if previous is not None and Path(previous.script) != target.script:
+def open_run(files: WatchFiles, target: Target, now: float) -> tuple[WatchState, str, KeptScript]:
+    """The run to carry on: the state file's, or a new run when it has none or its run is over; a line for
+    the log saying which; and the script it submits, as the run read it at its start. A job to adopt
+    becomes the job watched, unless the run watches another."""
+    previous = load_state(files)
+    # A job id's script, as Slurm has it, is the copy its run submitted.
+    if previous is not None and str(target.script) not in (previous.script, previous.script_copy):
         raise WatchError(
             f"{files.state} belongs to another script, {previous.script}: pass another --log-dir"
         )
     if previous is None or previous.next_action is Next.NONE:
-        state = WatchState(str(target.script), str(target.workdir), next_action_at=now)
-        start = f"a new run of {target.script}, submitted from {target.workdir}"
+        kept = KeptScript.make(target.script)
+        state = WatchState(
+            str(target.script), str(target.workdir), next_action_at=now, script_copy=str(kept.copy)
+        )
+        start = (
+            f"a new run of {target.script}, submitted from {target.workdir}; it submits the copy {kept.copy}"
+        )
         if previous is not None:
             start = f"the last run ended ({previous.stopped}); {start}"
     else:
         state = previous
         doing = f"watching job {state.job_id}" if state.job_id else f"next: {state.next_action}"
         start = f"resuming the run of {state.script}: {state.restarts} restarts so far, {doing}"
+        if state.script_copy is None:  # a run from before watch kept copies
+            kept = KeptScript.make(Path(state.script))
+            state.script_copy = str(kept.copy)
+            start += f"; from now on it submits {state.script} as it is now, kept at {kept.copy}"
+        else:
+            kept = KeptScript.reopen(Path(state.script), Path(state.script_copy))
     if target.job_id is not None and state.job_id not in (None, target.job_id):
         raise WatchError(
             f"{files.state} watches job {state.job_id}, not {target.job_id}: pass the script to go on "
@@ -822,7 +813,7 @@ def open_run(files: WatchFiles, target: Target, now: float) -> tuple[WatchState,
     if target.job_id is not None and state.job_id is None:
         state.adopt(target.job_id, now)
         start += f"; adopting job {target.job_id}"
-    return state, start
+    return state, start, kept
 
 
 def run(target: Target, base: Path | None, settings: Settings) -> WatchState:
@@ -832,9 +823,9 @@ def run(target: Target, base: Path | None, settings: Settings) -> WatchState:
     if not where.is_dir():
         raise WatchError(f"{where} is not a directory: the run's files go there (--log-dir)")
     files = WatchFiles.beside(where, target.script)
-    with locked(files):
-        state, start = open_run(files, target, settings.clock())
-        watcher = Watcher(files, state, settings, where)
+    with locked(files, settings.echo, lambda: _holder(files)):
+        state, start, kept = open_run(files, target, settings.clock())
+        watcher = Watcher(files, state, settings, where, kept)
         watcher.note(start)
         watcher.save()
         return watcher.run()

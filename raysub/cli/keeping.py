@@ -216,6 +216,7 @@ def watch(
     """
     from raysub import watch as watching
     from raysub.health.checkup import Options, stall_check
+    from raysub.watch_files import WatchError
 
     try:
         found = watching.find_target(target)
@@ -223,7 +224,7 @@ def watch(
         checkpoints = watching.Checkpoints.from_options(
             checkpoint_dir, checkpoint_marker, create_checkpoint_dir
         )
-    except (watching.WatchError, ValueError) as error:
+    except (WatchError, ValueError) as error:
         raise click.UsageError(str(error)) from error
     if checkpoints is not None and checkpoints.create:
         click.echo(f"raysub: cannot make {checkpoints.directory} here: each job's head makes it", err=True)
@@ -251,7 +252,7 @@ def watch(
     )
     try:
         final = watching.run(found, base, settings)
-    except watching.WatchError as error:
+    except WatchError as error:
         raise click.ClickException(str(error)) from error
     if not final.succeeded:
         sys.exit(1)

