@@ -17,6 +17,7 @@ from raysub.spec import (
     MAX_SOCKET_PATH,
     PORT_BLOCK_SIZE,
     RAY_SOCKET_SUFFIX,
+    SANDBOX_PORT_AT,
     JobSpec,
 )
 
@@ -198,6 +199,7 @@ def render(spec: JobSpec) -> str:
         "socket_suffix": RAY_SOCKET_SUFFIX,
         "max_socket_path": MAX_SOCKET_PATH,
         "block_size": PORT_BLOCK_SIZE,
+        "sandbox_port_at": SANDBOX_PORT_AT,
         "large": LARGE_SCALE,
         # The open files Ray's head wants (kuberay's default, which a 2000-node cluster outgrew), and
         # what "unlimited" stands for: Linux's default fs.nr_open, above which no limit can be set.

@@ -179,6 +179,11 @@ class Ports:
 
 
 PortsMode = Literal["block", "fixed"]
+# Where a sandbox listens unless --sandbox-port pins it: with --ports block, this place of each node's
+# block, which Ray leaves free between its single ports and its workers' (WORKER_PORTS_AT); with --ports
+# fixed (whole nodes, nobody else's ports to meet), NeMo-Skills' default port.
+SANDBOX_PORT_AT = 9
+SANDBOX_FIXED_PORT = 6000
 # How many ports a job takes on each node with --ports block: Ray's single ports at the block's start,
 # then (from WORKER_PORTS_AT) the ports of its worker processes, one each: more workers than a node
 # runs at once.
@@ -274,10 +279,11 @@ LARGE_SCALE = LargeScale()
 
 @dataclass(frozen=True)
 class Sandbox:
-    """A sidecar such as a code-execution server; the driver starts once its port answers."""
+    """A sidecar such as a code-execution server; the driver starts once its own process listens on its
+    port. ``port`` pins it; None: JobSpec.sandbox_port (a port of each node's block with --ports block)."""
 
     command: str
-    port: int
+    port: int | None = None
     container: str | None = None
     nodes: SandboxNodes = "all"
     timeout: int = 300
@@ -288,7 +294,7 @@ class Sandbox:
         return self.nodes == "all"
 
     def check(self) -> None:
-        if not 1 <= self.port <= 65535:
+        if self.port is not None and not 1 <= self.port <= 65535:
             raise SpecError("--sandbox-port", f"{self.port} is not a port")
         if self.timeout < 1:
             raise SpecError("--sandbox-timeout", "must be at least 1 second")
@@ -558,6 +564,12 @@ class JobSpec:
         if not self.token_auth:
             said.append("--auth none: anyone who can reach the head's ports can run code as you in this job "
                         "(docs/security.md)")  # fmt: skip
+        if self.sandbox is not None and self.sandbox.port is not None and not self.exclusive:
+            said.append(
+                f"--sandbox-port {self.sandbox.port} on shared nodes (--no-exclusive): another job's sandbox "
+                "or another user's server there keeps this job's from starting (the job then ends naming "
+                "the port); leave it out to take a free port of each node's block"
+            )
         return said
 
     @property
@@ -728,7 +740,33 @@ class JobSpec:
         self._check_preflight()
         if self.sandbox is not None:
             self.sandbox.check()
+            self._check_sandbox_port()
         return self
+
+    def _check_sandbox_port(self) -> None:
+        """A sandbox's one port is none of Ray's: not one of the fixed ports, nor in the blocks' range."""
+        port = self.sandbox_port
+        if port is None:
+            return
+        if self.port_blocks is not None and self.port_blocks.first <= port <= self.port_blocks.last:
+            raise SpecError(
+                "--sandbox-port",
+                f"{port} lies in --port-range {self.port_range}, where each node takes a block of Ray's "
+                "ports; leave --sandbox-port out to take the free port of each node's block",
+            )
+        if self.port_blocks is None and any(first <= port <= last for first, last in self.ports.spans()):
+            raise SpecError(
+                "--sandbox-port", f"{port} is one of Ray's ports (the --*-port options); pin another"
+            )
+
+    @property
+    def sandbox_port(self) -> int | None:
+        """The port every sandbox listens on when one port serves all nodes: --sandbox-port, or with --ports
+        fixed SANDBOX_FIXED_PORT. None with --ports block and no --sandbox-port: each node's sandbox takes
+        the place SANDBOX_PORT_AT of that node's block, which its Ray node script publishes."""
+        if self.sandbox is None or self.sandbox.port is not None:
+            return None if self.sandbox is None else self.sandbox.port
+        return SANDBOX_FIXED_PORT if self.port_blocks is None else None
 
     def _check_ports(self) -> None:
         self.ports.check()
@@ -1021,8 +1059,6 @@ def sandbox_from_options(
             if value is not None:
                 raise SpecError(option, "needs --sandbox-command")
         return None
-    if port is None:
-        raise SpecError("--sandbox-command", "needs --sandbox-port (how raysub knows the sandbox is ready)")
     choices = get_args(SandboxNodes)
     if nodes not in choices:
         raise SpecError("--sandbox-nodes", f"must be {' or '.join(map(repr, choices))}, not {nodes!r}")

@@ -25,6 +25,7 @@ from raysub.spec import (
     LARGE_SCALE,
     LARGE_SCALE_NODES,
     PORT_BLOCK_SIZE,
+    SANDBOX_FIXED_PORT,
     JobSpec,
     Ports,
     PortsMode,
@@ -252,8 +253,18 @@ def profile_keys(command: click.Command) -> dict[str, click.Parameter]:
     "--forward-signal",
     help="The signal passed on to the driver's process group (preemption or time-limit warning).",
 )
-@option("--sandbox-command", help="Sidecar command (e.g. a code-execution server) started on sandbox nodes.")
-@option("--sandbox-port", type=int, help="Port the sandbox answers on once ready.")
+@option(
+    "--sandbox-command",
+    help="Sidecar command (e.g. a code-execution server) started on sandbox nodes; it must listen on "
+    "$RAYSUB_NODE_SANDBOX_PORT, which the driver and every Ray task on the node also get.",
+)
+@option(
+    "--sandbox-port",
+    type=int,
+    help="Pin the sandbox's port on every node. Default: a free port of each node's block of Ray's ports "
+    f"(--ports block, shared nodes), else {SANDBOX_FIXED_PORT}. Ready once the sandbox's own process "
+    "listens there.",
+)
 @option("--sandbox-container", help="pyxis image for the sandbox.")
 @option(
     "--sandbox-nodes",

@@ -42,6 +42,9 @@ STARTED_RAY_HEAD = "STARTED_RAY_HEAD"  # head: "<ip>:<gcs port>" once the GCS an
 DASHBOARD = "dashboard_address"
 WORKER_UNITS = "ray_worker_units"  # head sidecar: live GPUs (or nodes with --gpus-per-node 0); rewritten
 SANDBOX_READY_PREFIX = "SANDBOX_READY_"  # sandbox on <host>: its port answers; file name ends with the host
+# With --ports block and no --sandbox-port: the port of <host>'s block its sandbox takes, published by the
+# node's Ray script when it first picks its block.
+SANDBOX_PORT_PREFIX = "sandbox_port_"
 DRIVER_STARTED = "DRIVER_STARTED"  # head: the driver runs; from now on a node whose Ray exits ends the job
 DRIVER_PID = "driver_pid"  # head: the driver's process group, for forwarding signals from the batch script
 DRIVER_EXIT_CODE = "driver_exit_code"  # head: the driver's exit status
@@ -131,6 +134,9 @@ SIGNAL_PENDING = "signal_pending"
 # or `touch "$RAYSUB_FINISHED"` from any language); a 0 exit after the warning signal then counts as done.
 DRIVER_FINISHED = "driver_finished"
 FINISHED_ENV = "RAYSUB_FINISHED"
+# The port of this node's sandbox (--sandbox-command), for the sandbox command itself, the driver and every
+# Ray task on the node. Not RAYSUB_SANDBOX_PORT: that is --sandbox-port's default for raysub's commands.
+SANDBOX_PORT_ENV = "RAYSUB_NODE_SANDBOX_PORT"
 
 # The smoke test's result (raysub render --smoke, raysub smoke; raysub/node/smoke.py): where one actor per
 # GPU (or node) ran and what was wrong, as one JSON object. Its writer and reader: protocol/smoke_result.py.

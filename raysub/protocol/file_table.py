@@ -44,6 +44,7 @@ from raysub.protocol import (
     ROLE_HEAD,
     ROLE_WORKER,
     SANDBOX_LOG_PREFIX,
+    SANDBOX_PORT_PREFIX,
     SANDBOX_READY_PREFIX,
     SANDBOX_SCRIPT,
     SHARED_BASH,
@@ -234,6 +235,13 @@ FILES = (
         "srun's own messages for each step, e.g. which task of the batched worker step died",
         _LOG_MODE_DOC,
         "the batch script: why a step ended (shown in ENDED)",
+    ),
+    FileDoc(
+        (f"{SANDBOX_PORT_PREFIX}<host>",),
+        "head and worker on `<host>`, with `--ports block` and no `--sandbox-port`",
+        "the port of the node's block its sandbox listens on",
+        "0600",
+        "the sandbox on `<host>`: where to listen; the node's Ray and driver: `RAYSUB_NODE_SANDBOX_PORT`",
     ),
     FileDoc(
         (f"{SANDBOX_READY_PREFIX}<host>",),

@@ -53,7 +53,7 @@ OPTIONS = {
     "sandbox": dataclasses.replace(
         BASE,
         gpus_per_node=0,
-        sandbox=Sandbox(command="python -m sandbox_server --port 8500", port=8500, nodes="all"),
+        sandbox=Sandbox(command="python -m sandbox_server --port 6000", port=6000, nodes="all"),
     ),
     "shared": dataclasses.replace(BASE, exclusive=False, cpus_per_task=16),
     "array": dataclasses.replace(BASE, array="0-3%2"),

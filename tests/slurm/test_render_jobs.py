@@ -12,6 +12,7 @@ import pytest
 
 from raysub import protocol
 from raysub.protocol import LogDir, ray_logs
+from raysub.spec import SANDBOX_FIXED_PORT
 from tests.support.minicluster import MiniCluster
 from tests.support.raysub_jobs import assert_clean, batch_output, job_report, run_job, submit
 
@@ -140,18 +141,21 @@ def test_rendered_scripts_are_what_validate_extracts(minicluster: MiniCluster, s
 
 
 def test_sandbox_on_every_node_is_ready_before_the_driver(minicluster: MiniCluster, slurm_tmp: Path) -> None:
-    serve = "exec python3 -m http.server 8500 --bind 0.0.0.0"
-    check = "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:8500/').status)"
+    # Whole nodes, no --sandbox-port: the sandbox's port is SANDBOX_FIXED_PORT, in the variable.
+    serve = f'exec python3 -m http.server "${protocol.SANDBOX_PORT_ENV}" --bind 0.0.0.0'
+    check = (
+        "import os, urllib.request; port = os.environ['RAYSUB_NODE_SANDBOX_PORT']; "
+        "print(port, urllib.request.urlopen(f'http://127.0.0.1:{port}/').status)"
+    )
     result, logs = run_job(
         minicluster,
         slurm_tmp,
-        ["--nodes", "2", "--gpus-per-node", "0", "--sandbox-command", serve, "--sandbox-port", "8500", "--",
-         "python", "-c", check],
-    )  # fmt: skip
+        ["--nodes", "2", "--gpus-per-node", "0", "--sandbox-command", serve, "--", "python", "-c", check],
+    )
     assert (result.state, result.exit_code) == ("COMPLETED", 0), job_report(
         minicluster, slurm_tmp, result.job_id
     )
-    assert logs.driver_log.read_text().strip().endswith("200")
+    assert logs.driver_log.read_text().strip().endswith(f"{SANDBOX_FIXED_PORT} 200")
     ready = sorted(p.name for p in logs.path.glob(f"{protocol.SANDBOX_READY_PREFIX}*"))
     assert ready == [f"{protocol.SANDBOX_READY_PREFIX}node1", f"{protocol.SANDBOX_READY_PREFIX}node2"]
     assert minicluster.steps(result.job_id) == 3

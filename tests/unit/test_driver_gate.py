@@ -129,5 +129,5 @@ def test_jobs_whose_driver_needs_a_whole_cluster_first_have_no_early_driver() ->
     python = ("python", "train.py")
     assert not JobSpec(nodes=2, command=python, driver_restarts=2).starts_driver_early
     assert not JobSpec(nodes=2, command=python, checkpoint_dir="/ckpt").starts_driver_early
-    sandbox = Sandbox(command="serve", port=8500)
+    sandbox = Sandbox(command="serve", port=6000)
     assert not JobSpec(nodes=2, command=python, sandbox=sandbox).starts_driver_early

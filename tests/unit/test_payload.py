@@ -24,7 +24,7 @@ BIGGEST = dataclasses.replace(
     container_image="nvcr.io/nvidia/pytorch:25.01-py3",
     container_mounts="/lustre:/lustre",
     container_workdir="/workspace",
-    sandbox=Sandbox(command="python -m sandbox_server", port=8500, nodes="all", container="sandbox.sqsh"),
+    sandbox=Sandbox(command="python -m sandbox_server", port=6000, nodes="all", container="sandbox.sqsh"),
     driver_restarts=3,
     checkpoint_dir="/lustre/ckpt/run7",
     requeue=True,

@@ -47,7 +47,7 @@ from tests.conftest import RunCli
         (["--nodes", "2", "--sbatch-arg", "--array=0-1"], "--sbatch-arg"),
         (["--nodes", "2", "--partition", "a b"], "--partition"),
         (["--nodes", "2", "--time", "soon"], "--time"),
-        (["--nodes", "2", "--sandbox-command", "serve"], "--sandbox-command"),
+        (["--nodes", "2", "--sandbox-command", "serve", "--sandbox-port", "8500"], "--sandbox-port"),
         (["--nodes", "2", "--sandbox-port", "80"], "--sandbox-port"),
         (["--nodes", "2", "--sbatch-arg", "qos=high"], "--sbatch-arg"),
         (["--nodes", "2", "--srun-arg", "cpu-bind=none"], "--srun-arg"),

@@ -17,6 +17,9 @@ from raysub.spec import (
     DEFAULT_PORT_RANGE,
     LARGE_SCALE_NODES,
     PORT_BLOCK_SIZE,
+    SANDBOX_FIXED_PORT,
+    SANDBOX_PORT_AT,
+    WORKER_PORTS_AT,
     Bound,
     JobSpec,
     PortBlocks,
@@ -130,7 +133,7 @@ def test_units_are_gpus_or_nodes_without_gpus(
 
 @pytest.mark.parametrize(("nodes", "every_node", "sandbox_nodes"), [("all", True, 3), ("1", False, 1)])
 def test_sandbox_every_node(nodes: SandboxNodes, every_node: bool, sandbox_nodes: int) -> None:
-    job = spec(sandbox=Sandbox(command="serve", port=8500, nodes=nodes))
+    job = spec(sandbox=Sandbox(command="serve", port=6000, nodes=nodes))
     assert job.sandbox is not None
     assert job.sandbox.every_node is every_node
     assert job.sandbox_nodes == sandbox_nodes
@@ -203,7 +206,7 @@ def test_sandbox_check_refuses_a_port_out_of_range(port: int) -> None:
 
 
 def test_sandbox_check_refuses_a_zero_timeout() -> None:
-    error = error_of(spec(sandbox=Sandbox(command="serve", port=8500, timeout=0)))
+    error = error_of(spec(sandbox=Sandbox(command="serve", port=6000, timeout=0)))
     assert str(error) == "--sandbox-timeout: must be at least 1 second"
 
 
@@ -255,9 +258,41 @@ def test_the_command_line_offers_the_spec_choices() -> None:
     assert choices_of("sandbox_nodes") == get_args(SandboxNodes) == ("all", "1")
 
 
+def test_a_sandbox_port_is_pinned_taken_from_each_nodes_block_or_the_fixed_default() -> None:
+    assert spec(sandbox=Sandbox(command="serve", port=6000)).sandbox_port == 6000
+    assert spec(sandbox=Sandbox(command="serve"), exclusive=False).sandbox_port is None  # each node's block
+    assert spec(sandbox=Sandbox(command="serve")).sandbox_port == SANDBOX_FIXED_PORT  # whole nodes
+    assert spec().sandbox_port is None
+    # The block's place is the one Ray leaves free: after its single ports, before its workers'.
+    assert len(Ports.__dataclass_fields__) - 2 <= SANDBOX_PORT_AT < WORKER_PORTS_AT
+
+
+@pytest.mark.parametrize(
+    ("overrides", "said"),
+    [
+        ({"exclusive": False}, "--sandbox-port: 24600 lies in --port-range 24000-32767, where each node"),
+        (
+            {"ports": Ports(gcs=24600)},
+            "--sandbox-port: 24600 is one of Ray's ports (the --*-port options); pin another",
+        ),
+    ],
+)
+def test_a_pinned_sandbox_port_that_ray_may_take_is_refused(overrides: dict[str, object], said: str) -> None:
+    assert str(error_of(spec(sandbox=Sandbox(command="serve", port=24600), **overrides))).startswith(said)
+
+
+def test_a_pinned_sandbox_port_on_shared_nodes_is_warned_of() -> None:
+    shared = spec(sandbox=Sandbox(command="serve", port=6000), exclusive=False)
+    assert any(w.startswith("--sandbox-port 6000 on shared nodes") for w in shared.warnings)
+    assert not any(
+        "--sandbox-port" in w for w in spec(sandbox=Sandbox(command="serve"), exclusive=False).warnings
+    )
+    assert not any("--sandbox-port" in w for w in spec(sandbox=Sandbox(command="serve", port=6000)).warnings)
+
+
 def test_sandbox_from_options_refuses_other_node_choices() -> None:
     with pytest.raises(SpecError) as caught:
-        sandbox_from_options("serve", 8500, None, "2", 300)
+        sandbox_from_options("serve", 6000, None, "2", 300)
     assert str(caught.value) == "--sandbox-nodes: must be 'all' or '1', not '2'"
 
 
