@@ -218,7 +218,8 @@ def test_in_a_sticky_base_another_users_entries_stay_theirs(tmp_path: Path) -> N
         os.chown(submit / protocol.LATEST, STRANGER, STRANGER, follow_symlinks=False)
         done = run_job(submit, where, user=USER)
         assert started(done, submit), done.stderr[-2000:]
-        assert f"warning: {submit / protocol.LATEST} is another user's" in done.stderr
+        said = f"warning: {submit / protocol.LATEST} (owner UNKNOWN) could not be replaced: it does not point"
+        assert said in done.stderr
         assert (submit / protocol.LATEST).readlink() == Path("theirs")
         shutil.rmtree(protocol.LogDir.of(submit, JOB_ID).path)
         planted = protocol.LogDir.of(submit, JOB_ID).path
@@ -226,6 +227,8 @@ def test_in_a_sticky_base_another_users_entries_stay_theirs(tmp_path: Path) -> N
         os.chown(planted, STRANGER, STRANGER)
         done = run_job(submit, where, user=USER)
         assert done.returncode == 1 and planted.stat().st_uid == STRANGER
-        assert f"{REFUSED}{planted} is there already, and not yours to move (owner UNKNOWN)" in done.stderr
+        assert (
+            f"{REFUSED}{planted} is there already and could not be moved aside (owner UNKNOWN)" in done.stderr
+        )
     finally:
         shutil.rmtree(where)
