@@ -39,14 +39,17 @@ def _owner(uid: int) -> str:
         return f"uid {uid}"
 
 
-def _problem(st: os.stat_result) -> str | None:
-    """What makes a file unfit to trust: not a plain file, another user's, or writable by others."""
+def _problem(st: os.stat_result, written: bool) -> str | None:
+    """What makes a file unfit to trust: not a plain file, another user's, or writable by others; and, for
+    one ``written`` in place, a second name (a hard link planted to another file of the user's)."""
     if not stat.S_ISREG(st.st_mode):
         return "it is not a regular file"
     if st.st_uid != os.getuid():
         return f"it belongs to {_owner(st.st_uid)}, not to you"
     if st.st_mode & 0o022:
         return f"its mode {stat.S_IMODE(st.st_mode):04o} lets others write it"
+    if written and st.st_nlink > 1:
+        return f"it has {st.st_nlink} hard links, so writing it would write a file known by another name"
     return None
 
 
@@ -66,7 +69,7 @@ def open_own(path: Path, flags: int, follow: bool = False) -> int:
         raise WatchError(
             f"refusing {path}: it is a symbolic link, which someone else could have put there; remove it"
         ) from None
-    problem = _problem(os.fstat(fd))
+    problem = _problem(os.fstat(fd), written=bool(flags & (os.O_WRONLY | os.O_RDWR)))
     if problem is not None:
         os.close(fd)
         raise WatchError(f"refusing {path}: {problem}; remove it, or make it yours alone")
@@ -82,10 +85,17 @@ def read_own(path: Path, follow: bool = False) -> bytes:
 def write_own(path: Path, text: str) -> None:
     """``text`` in place of ``path``: a new file beside it (O_EXCL, so never another's or a link's
     target), 0600, renamed over whatever the path held."""
-    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "w") as out:
-        out.write(text)
-    Path(temporary).replace(path)
+    try:
+        fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    except OSError as error:
+        raise WatchError(f"cannot write {path}: {error.strerror}") from error
+    try:
+        with os.fdopen(fd, "w") as out:
+            out.write(text)
+        Path(temporary).replace(path)
+    except OSError as error:
+        Path(temporary).unlink(missing_ok=True)
+        raise WatchError(f"cannot write {path}: {error.strerror}") from error
 
 
 @dataclass(frozen=True)
@@ -128,7 +138,7 @@ def locked(
     """Hold the run's lock: one watcher per run. WatchError at once when another watcher holds it, naming
     it as ``holder()`` does (" (pid@host)", or nothing). On a filesystem whose flock fails, the run goes
     on unlocked, and ``warn`` says so."""
-    fd = open_own(files.lock, os.O_RDWR | os.O_CREAT)
+    fd = open_own(files.lock, os.O_RDONLY | os.O_CREAT)  # flock needs no write access
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -152,10 +162,17 @@ def kept_dir() -> Path:
     return protocol.job_index_path().parent / KEPT_DIR
 
 
-def _private_dir(path: Path) -> None:
-    """``path`` made (0700) if missing, then checked: a directory of this user's that only they may enter."""
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    st = path.lstat()
+def _private_dir(path: Path, make: bool = True) -> None:
+    """``path`` made (0700) if missing and ``make``, then checked: a directory of this user's that only
+    they may enter. FileNotFoundError when it is missing and not ``make``."""
+    try:
+        if make:
+            path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        st = path.lstat()
+    except FileNotFoundError:
+        raise
+    except OSError as error:
+        raise WatchError(f"cannot make {path}: {error.strerror}") from error
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
         raise WatchError(f"refusing {path}: it must be a directory of yours that only you may enter (0700)")
 
@@ -180,11 +197,13 @@ class KeptScript:
         except WatchError as error:
             raise WatchError(f"{error}, since every job watch submits is this script's") from None
         _private_dir(kept_dir())
-        run_dir = Path(tempfile.mkdtemp(prefix="run-", dir=kept_dir()))
-        copy = run_dir / original.name
-        fd = os.open(copy, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, PRIVATE_FILE)
-        with os.fdopen(fd, "wb") as out:
-            out.write(content)
+        try:
+            copy = Path(tempfile.mkdtemp(prefix="run-", dir=kept_dir())) / original.name
+            fd = os.open(copy, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, PRIVATE_FILE)
+            with os.fdopen(fd, "wb") as out:
+                out.write(content)
+        except OSError as error:
+            raise WatchError(f"cannot keep a copy of {original} in {kept_dir()}: {error.strerror}") from error
         return cls(original, copy)
 
     @classmethod
@@ -196,7 +215,7 @@ class KeptScript:
                 f"the state names {copy} as its copy of {original}, which is not in {kept_dir()}"
             )
         try:
-            _private_dir(copy.parent)
+            _private_dir(copy.parent, make=False)
             read_own(copy)
         except FileNotFoundError:
             raise WatchError(
@@ -206,12 +225,20 @@ class KeptScript:
         return cls(original, copy)
 
     def changed(self) -> str | None:
-        """How ``original`` differs from the copy now ("changed", "is gone", ...), or None when it holds
-        the same bytes."""
+        """How ``original`` differs from the copy now ("has changed", "has been removed", ...: the log adds
+        "since the run started"), or None when it holds the same bytes. Only looks: a FIFO or a device put
+        in its place is neither waited on nor read, nor a link another user planted followed."""
         try:
-            now = self.original.read_bytes()
+            link = os.lstat(self.original)
+            if stat.S_ISLNK(link.st_mode) and link.st_uid != os.getuid():
+                return f"has been replaced by a symbolic link of {_owner(link.st_uid)}'s"
+            fd = os.open(self.original, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         except FileNotFoundError:
-            return "is gone"
+            return "has been removed"
         except OSError as error:
-            return f"cannot be read ({error.strerror})"
-        return None if now == self.copy.read_bytes() else "changed"
+            return f"has become unreadable ({error.strerror})"
+        with os.fdopen(fd, "rb") as now:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return "has been replaced by something that is not a regular file"
+            kept = self.copy.read_bytes()
+            return None if now.read(len(kept) + 1) == kept else "has changed"

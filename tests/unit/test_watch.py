@@ -7,6 +7,7 @@ import json
 import os
 import random
 import re
+import signal
 import sys
 import time
 import types
@@ -68,6 +69,7 @@ class FakeSlurm:
         self.plans = list(plans)
         self.answers: dict[str, Plan] = {}
         self.submitted: list[tuple[Path, Path, dict[str, str]]] = []
+        self.contents: list[bytes] = []  # what each submitted script held as sbatch read it
         self.options: list[list[str]] = []
         self.comments: dict[str, str] = {}  # comment: job id, as squeue would answer
         self.cancelled: list[str] = []
@@ -89,6 +91,7 @@ class FakeSlurm:
     ) -> str:
         job_id = str(100 + len(self.submitted))
         self.submitted.append((script, cwd, dict(export or {})))
+        self.contents.append(script.read_bytes())
         self.options.append(list(options))
         comment = next(o.removeprefix("--comment=") for o in options if o.startswith("--comment="))
         self.comments[comment] = job_id
@@ -1209,10 +1212,82 @@ def test_a_replaced_script_is_not_resubmitted_and_the_log_says_so(
     fake.on_submit = replace_script
     lines: list[str] = []
     final = watch(script, clock, lines=lines)
-    assert final.succeeded and len(fake.submitted) == 3
-    assert [path.read_bytes() for path, _, _ in fake.submitted] == [original] * 3
-    changed = [line for line in lines if "changed since the run started" in line]
+    assert final.succeeded and fake.contents == [original] * 3
+    changed = [line for line in lines if "has changed since the run started" in line]
     assert len(changed) == 2 and f"submitting the copy checked then, {final.script_copy}" in changed[0]
+
+
+def _fifo(path: Path) -> None:
+    os.mkfifo(path.with_name("fifo"))
+    path.with_name("fifo").replace(path)
+
+
+def _strangers_link(path: Path) -> None:  # to a file of the same bytes: only the link tells
+    same = path.with_name("same")
+    same.write_bytes(path.read_bytes())
+    path.with_name("link").symlink_to(same)
+    os.lchown(path.with_name("link"), OTHER_UID, OTHER_UID)
+    path.with_name("link").replace(path)
+
+
+@pytest.mark.parametrize(("put", "said"), [
+    (_fifo, "has been replaced by something that is not a regular file"),
+    (_strangers_link, f"has been replaced by a symbolic link of uid {OTHER_UID}'s"),
+    (Path.unlink, "has been removed"),
+])  # fmt: skip
+def test_what_is_put_in_place_of_the_script_is_said_neither_waited_on_nor_submitted(
+    script: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch, put: Callable[[Path], None], said: str
+) -> None:
+    original = script.read_bytes()
+    fake = FakeSlurm(monkeypatch, clock, [[ended("FAILED")], [COMPLETED]])
+    fake.on_submit = lambda job_id: put(script) if job_id == "100" else None
+
+    def hung(signum: int, frame: object) -> None:
+        raise TimeoutError("watch waited on what was put in place of the script")
+
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(10)  # a FIFO read would block for ever
+    try:
+        lines: list[str] = []
+        assert watch(script, clock, lines=lines).succeeded
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    assert fake.contents == [original] * 2
+    said_line = next(line.split(" ", 1)[1] for line in lines if "since the run started" in line)
+    assert said_line.startswith(f"{script} {said} since the run started; submitting the copy checked then")
+
+
+def test_a_hard_link_planted_in_place_of_the_log_is_refused_and_its_target_untouched(
+    script: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With fs.protected_hardlinks off, another user may give a file of yours a second name there."""
+    fake = FakeSlurm(monkeypatch, clock, [[COMPLETED]])
+    victim = script.parent / "victim"
+    victim.write_text("the user's own file\n")
+    victim.chmod(0o600)
+    log = files_of(script).log
+    os.link(victim, log)
+    with pytest.raises(WatchError, match=f"^refusing {re.escape(str(log))}: it has 2 hard links"):
+        watch(script, clock)
+    assert victim.read_text() == "the user's own file\n"
+    assert fake.submitted == []
+
+
+def test_watch_command_says_what_it_refuses_in_one_line(
+    raysub_cli: RunCli, script: Path, monkeypatch: pytest.MonkeyPatch, no_waiting: list[float]
+) -> None:
+    monkeypatch.chdir(script.parent)
+    fake = FakeSlurm(monkeypatch, fake_clock(), [[COMPLETED]])
+    victim = script.parent / "victim"
+    victim.write_text("")
+    (script.parent / "job.sub.watch.lock").symlink_to(victim)
+    result = raysub_cli("watch", "job.sub")
+    assert (result.code, result.stdout, fake.submitted) == (1, "", [])
+    assert result.stderr == (
+        f"raysub: error: refusing {script.parent / 'job.sub.watch.lock'}: it is a symbolic link, which "
+        "someone else could have put there; remove it\n"
+    )
 
 
 def test_a_resumed_run_submits_the_copy_made_at_its_start(
