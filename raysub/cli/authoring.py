@@ -276,7 +276,7 @@ def profile_keys(command: click.Command) -> dict[str, click.Parameter]:
     "--sandbox-timeout",
     type=int,
     default=SANDBOX_DEFAULT["timeout"],
-    help="Seconds for every sandbox to answer.",
+    help="Seconds from the sandbox command's start until its own process listens on its port.",
 )
 @spec_option(
     "--auth",

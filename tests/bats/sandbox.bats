@@ -72,7 +72,7 @@ time.sleep(60)
   wait_sandbox
   assert_failure
   assert [ ! -e "${LOG_DIR}/${P_SANDBOX_READY_PREFIX}nodeA" ]
-  assert_output --partial "port ${PORT} on nodeA is held by another process, not this sandbox's: pin another --sandbox-port"
+  assert_output --partial "port ${PORT} on nodeA is held by another process (user $(id -un), uid $(id -u)), not this sandbox's: pin another --sandbox-port"
   run cat "${LOG_DIR}/${P_ENDED}"
   assert_output --partial "sandbox on nodeA: port ${PORT} on nodeA is held by another process"
 }
@@ -88,6 +88,29 @@ time.sleep(60)
   assert_output --partial "port ${PORT} on nodeA is held by another process"
 }
 
+@test "ours beside a stranger's on another address is not ready: a client of the port might reach the stranger's" {
+  start_stranger # on 127.0.0.1, while the sandbox command listens on 127.0.0.2, both on the same port
+  render_sandbox --sandbox-port "$PORT" --sandbox-command "${SERVER/127.0.0.1/127.0.0.2}" --sandbox-timeout 2
+  export "${P_SANDBOX_PORT_ENV}=${PORT}"
+  start_sandbox
+  wait_sandbox
+  assert_failure
+  assert [ ! -e "${LOG_DIR}/${P_SANDBOX_READY_PREFIX}nodeA" ]
+  assert_output --partial "port ${PORT} on nodeA is held by another process"
+}
+
+@test "a job that ends while the sandbox starts: the sandbox leaves quietly, without a failure of its own" {
+  render_sandbox --sandbox-port "$PORT" --sandbox-command "sleep 30"
+  export "${P_SANDBOX_PORT_ENV}=${PORT}"
+  start_sandbox
+  sleep 0.3
+  printf 'head on nodeA: it failed\n' >"${LOG_DIR}/${P_ENDED}"
+  wait_sandbox
+  assert_success
+  assert_output --partial "job ended before the sandbox was ready: head on nodeA: it failed"
+  refute_output --partial FATAL
+}
+
 @test "the port of the node's block: taken from what the node's Ray published, and given to the command" {
   render_sandbox --no-exclusive --sandbox-command "printf '%s\n' \"\$${P_SANDBOX_PORT_ENV}\" >${BATS_TEST_TMPDIR}/told; ${SERVER}"
   start_sandbox
@@ -99,6 +122,18 @@ time.sleep(60)
   assert_equal "$(cat "${LOG_DIR}/${P_SANDBOX_READY_PREFIX}nodeA")" "127.0.0.1:${PORT}"
   printf 'driver finished\n' >"${LOG_DIR}/${P_ENDED}"
   wait_sandbox
+}
+
+@test "the port of the node's block: waiting for it (the head's --setup, its GPU preflight) counts not against --sandbox-timeout" {
+  render_sandbox --no-exclusive --sandbox-command "$SERVER" --sandbox-timeout 3
+  start_sandbox
+  sleep 3.5 # longer than --sandbox-timeout, before the node's Ray picks its block
+  (umask 077 && printf '%s\n' "$PORT" >"${LOG_DIR}/${P_SANDBOX_PORT_PREFIX}nodeA")
+  wait_file "${LOG_DIR}/${P_SANDBOX_READY_PREFIX}nodeA" 10
+  printf 'driver finished\n' >"${LOG_DIR}/${P_ENDED}"
+  wait_sandbox
+  assert_success
+  assert_output --partial "ready on port ${PORT}"
 }
 
 @test "the port of the node's block: a file someone else could have written is refused" {

@@ -4,6 +4,7 @@ own; a pinned port that another user's server holds keeps the job from reporting
 naming the port."""
 
 import json
+import pwd
 import socket
 import time
 from pathlib import Path
@@ -17,6 +18,7 @@ from tests.support.raysub_jobs import assert_clean, driver, job_report, submit
 pytestmark = pytest.mark.slurm
 
 NODE = "node3"
+NOBODY = 65534  # the other user: the uid of nobody
 SHARED = ["--partition=shared", "-c", "1", "--mem=500", f"--nodelist={NODE}"]
 ONE_NODE = ["--nodes", "1", "--gpus-per-node", "0", "--no-exclusive", "--sandbox-timeout", "30"]
 # Answers on the port the job gives it, on every address, with a page naming its job.
@@ -73,8 +75,8 @@ def test_another_users_server_on_the_pinned_port_ends_the_job_naming_the_port(
         "import socket, time; s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
         f"s.bind(('0.0.0.0', {port})); s.listen(); time.sleep(600)"
     )
-    nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c", listen]
-    with minicluster.node_netns_process(NODE, *nobody):
+    as_nobody = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
+    with minicluster.node_netns_process(NODE, *as_nobody, "/usr/bin/python3", "-c", listen):
         deadline = time.monotonic() + 10
         while not holds(minicluster, port):
             assert time.monotonic() < deadline, "the other user's server did not listen"
@@ -86,7 +88,11 @@ def test_another_users_server_on_the_pinned_port_ends_the_job_naming_the_port(
         result = minicluster.wait(job_id)
     assert result.state == "FAILED", job_report(minicluster, slurm_tmp, job_id)
     ended = logs.ended.read_text()
-    assert f"sandbox on {NODE}: port {port} on {NODE} is held by another process, not this sandbox's" in ended
+    holder = f"user {pwd.getpwuid(NOBODY).pw_name}, uid {NOBODY}"
+    assert (
+        f"sandbox on {NODE}: port {port} on {NODE} is held by another process ({holder}), not this sandbox's"
+        in ended
+    )
     assert not list(logs.path.glob(f"{protocol.SANDBOX_READY_PREFIX}*"))
     assert "driver ran" not in (logs.driver_log.read_text() if logs.driver_log.exists() else "")
     assert_clean(minicluster, job_id)
