@@ -38,6 +38,17 @@ wait_sandbox() {
   output=$(<"$node_log")
 }
 
+# Runs a sandbox pinned to $PORT with command $1 (and render options after it) to its end: it must fail
+# without announcing itself.
+run_refused_sandbox() {
+  render_sandbox --sandbox-port "$PORT" --sandbox-command "$@"
+  export "${P_SANDBOX_PORT_ENV}=${PORT}"
+  start_sandbox
+  wait_sandbox
+  assert_failure
+  assert [ ! -e "${LOG_DIR}/${P_SANDBOX_READY_PREFIX}nodeA" ]
+}
+
 # Another user's server (here: a process that is not the sandbox's) listening on $PORT.
 start_stranger() {
   "$PYTHON" -c '
@@ -66,12 +77,7 @@ time.sleep(60)
 
 @test "another process on the pinned port: not ready, and the job ends naming the port" {
   start_stranger
-  render_sandbox --sandbox-port "$PORT" --sandbox-command "$SERVER"
-  export "${P_SANDBOX_PORT_ENV}=${PORT}"
-  start_sandbox
-  wait_sandbox
-  assert_failure
-  assert [ ! -e "${LOG_DIR}/${P_SANDBOX_READY_PREFIX}nodeA" ]
+  run_refused_sandbox "$SERVER"
   assert_output --partial "port ${PORT} on nodeA is held by another process (user $(id -un), uid $(id -u)), not this sandbox's: pin another --sandbox-port"
   run cat "${LOG_DIR}/${P_ENDED}"
   assert_output --partial "sandbox on nodeA: port ${PORT} on nodeA is held by another process"
@@ -79,23 +85,13 @@ time.sleep(60)
 
 @test "a port that answers is not enough: a sandbox command that never listens times out" {
   start_stranger # answers on the port, while the sandbox command itself listens nowhere
-  render_sandbox --sandbox-port "$PORT" --sandbox-command "sleep 30"
-  export "${P_SANDBOX_PORT_ENV}=${PORT}"
-  start_sandbox
-  wait_sandbox
-  assert_failure
-  assert [ ! -e "${LOG_DIR}/${P_SANDBOX_READY_PREFIX}nodeA" ]
+  run_refused_sandbox "sleep 30"
   assert_output --partial "port ${PORT} on nodeA is held by another process"
 }
 
 @test "ours beside a stranger's on another address is not ready: a client of the port might reach the stranger's" {
   start_stranger # on 127.0.0.1, while the sandbox command listens on 127.0.0.2, both on the same port
-  render_sandbox --sandbox-port "$PORT" --sandbox-command "${SERVER/127.0.0.1/127.0.0.2}" --sandbox-timeout 2
-  export "${P_SANDBOX_PORT_ENV}=${PORT}"
-  start_sandbox
-  wait_sandbox
-  assert_failure
-  assert [ ! -e "${LOG_DIR}/${P_SANDBOX_READY_PREFIX}nodeA" ]
+  run_refused_sandbox "${SERVER/127.0.0.1/127.0.0.2}" --sandbox-timeout 2
   assert_output --partial "port ${PORT} on nodeA is held by another process"
 }
 
