@@ -10,11 +10,19 @@ import stat
 from pathlib import Path
 
 
-def _name(table: str, number: int) -> str:
+def user_name(uid: int) -> str:
+    """The user's name, or "uid N" for a uid without one."""
     try:
-        return pwd.getpwuid(number).pw_name if table == "user" else grp.getgrgid(number).gr_name
+        return pwd.getpwuid(uid).pw_name
     except KeyError:
-        return f"uid {number}" if table == "user" else str(number)
+        return f"uid {uid}"
+
+
+def _group_name(gid: int) -> str:
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return str(gid)
 
 
 def _fault(path: Path) -> str | None:
@@ -26,10 +34,10 @@ def _fault(path: Path) -> str | None:
     if stat.S_ISLNK(st.st_mode):  # as safe as the directory holding it; where it leads is the other walk's
         return None
     if st.st_uid not in (os.getuid(), 0):
-        return f"{path} belongs to {_name('user', st.st_uid)}, who may rename what it holds"
+        return f"{path} belongs to {user_name(st.st_uid)}, who may rename what it holds"
     mode = stat.S_IMODE(st.st_mode)
     if mode & 0o022 and not mode & stat.S_ISVTX:
-        who = "anyone" if mode & 0o002 else f"group {_name('group', st.st_gid)}"
+        who = "anyone" if mode & 0o002 else f"group {_group_name(st.st_gid)}"
         return f"{path} (mode {mode:04o}) lets {who} rename what it holds"
     return None
 

@@ -764,8 +764,10 @@ class JobSpec:
         """The port every sandbox listens on when one port serves all nodes: --sandbox-port, or with --ports
         fixed SANDBOX_FIXED_PORT. None with --ports block and no --sandbox-port: each node's sandbox takes
         the place SANDBOX_PORT_AT of that node's block, which its Ray node script publishes."""
-        if self.sandbox is None or self.sandbox.port is not None:
-            return None if self.sandbox is None else self.sandbox.port
+        if self.sandbox is None:
+            return None
+        if self.sandbox.port is not None:
+            return self.sandbox.port
         return SANDBOX_FIXED_PORT if self.port_blocks is None else None
 
     def _check_ports(self) -> None:

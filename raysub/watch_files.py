@@ -12,7 +12,6 @@ user's own state home: every submission of the run submits that copy, whatever t
 import errno
 import fcntl
 import os
-import pwd
 import stat
 import sys
 import tempfile
@@ -22,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from raysub import protocol
+from raysub.log_base import user_name
 
 # Under the job index's directory (the state home's raysub/): one directory per run, holding its copy.
 KEPT_DIR = "watch"
@@ -32,20 +32,13 @@ class WatchError(Exception):
     """A run that cannot start or go on; the message says what to do."""
 
 
-def _owner(uid: int) -> str:
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return f"uid {uid}"
-
-
 def _problem(st: os.stat_result, written: bool) -> str | None:
     """What makes a file unfit to trust: not a plain file, another user's, or writable by others; and, for
     one ``written`` in place, a second name (a hard link planted to another file of the user's)."""
     if not stat.S_ISREG(st.st_mode):
         return "it is not a regular file"
     if st.st_uid != os.getuid():
-        return f"it belongs to {_owner(st.st_uid)}, not to you"
+        return f"it belongs to {user_name(st.st_uid)}, not to you"
     if st.st_mode & 0o022:
         return f"its mode {stat.S_IMODE(st.st_mode):04o} lets others write it"
     if written and st.st_nlink > 1:
@@ -231,7 +224,7 @@ class KeptScript:
         try:
             link = os.lstat(self.original)
             if stat.S_ISLNK(link.st_mode) and link.st_uid != os.getuid():
-                return f"has been replaced by a symbolic link of {_owner(link.st_uid)}'s"
+                return f"has been replaced by a symbolic link of {user_name(link.st_uid)}'s"
             fd = os.open(self.original, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         except FileNotFoundError:
             return "has been removed"
