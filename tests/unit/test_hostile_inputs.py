@@ -31,8 +31,11 @@ CANARY = Path(tempfile.gettempdir()) / f"raysub-injected-{os.getpid()}"
 INJECT = f"touch {CANARY}"
 JOB_ID = str(os.getpid())
 NODES = ("nodeA", "nodeB")
-# CI always runs 2000 examples; RAYSUB_HOSTILE_EXAMPLES=100 makes a quick local run.
+# CI always runs 2000 examples; RAYSUB_HOSTILE_EXAMPLES=100 makes a quick local run. They take about
+# 0.22 s each (a render and five bash runs), so they run as SHARDS tests that xdist's workers share;
+# each shard draws its own random examples (docs/performance.md, "Test suite").
 EXAMPLES = 2000 if os.environ.get("CI") == "true" else int(os.environ.get("RAYSUB_HOSTILE_EXAMPLES", "2000"))
+SHARDS = 4
 
 FRAGMENTS = [
     "'", '"', "\\", "$", "`", f"$({INJECT})", f"`{INJECT}`", f";{INJECT};", f"\n{INJECT}\n",
@@ -162,15 +165,16 @@ hostile_job = given(
 )
 
 
+@pytest.mark.parametrize("shard", range(SHARDS))
 @settings(
-    max_examples=EXAMPLES,
+    max_examples=-(-EXAMPLES // SHARDS),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 @hostile_job
 @example(args=FRAGMENTS, env={"U_ALL": "".join(FRAGMENTS)}, setup=INJECT, name="a b", image="'", logs="$(x)")
 def test_hostile_values_arrive_exactly_and_never_run(
-    args: list[str], env: dict[str, str], setup: str, name: str, image: str, logs: str
+    shard: int, args: list[str], env: dict[str, str], setup: str, name: str, image: str, logs: str
 ) -> None:
     check_job(args, env, setup, name, image, logs)
 
