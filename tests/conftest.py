@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from raysub.cli import main
-from tests.support import phases
+from tests.support import phases, workers
 from tests.support.minicluster import MiniCluster, unavailable_reason
 from tests.support.prereq import REPO, need
 
@@ -56,11 +56,12 @@ def slurm_tmp(tmp_path: Path) -> Path:
 
 def pytest_configure(config: pytest.Config) -> None:
     phases.register(config)
+    workers.register(config)
 
 
-# scripts/test runs the suite on pytest-xdist's workers; the longest runs start first, so that the rest
-# fills the time around them: every minicluster test (one worker, one after another), then the bash
-# property tests and the bats files, then everything else in its usual order.
+# scripts/test runs the suite on pytest-xdist's workers (tests/support/workers.py); the longest runs start
+# first, so that the rest fills the time around them: every minicluster test (one worker, one after
+# another), then the bash property tests and the bats files, then everything else in its usual order.
 LONGEST_FIRST = ("tests/slurm/", "tests/unit/test_hostile_inputs.py", "tests/test_bats.py")
 
 
@@ -68,14 +69,10 @@ def start_rank(item: pytest.Item) -> int:
     return next((rank for rank, prefix in enumerate(LONGEST_FIRST) if item.nodeid.startswith(prefix)), 99)
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups (its hook adds them to the node ids)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "slurm" in item.keywords and "minicluster" not in getattr(item, "fixturenames", ()):
             raise pytest.UsageError(f"{item.nodeid} is marked slurm but does not use the minicluster fixture")
-        # There is one minicluster: its tests share one worker (--dist loadgroup), never two at once.
-        if "slurm" in item.keywords:
-            item.add_marker(pytest.mark.xdist_group("minicluster"))
     items.sort(key=start_rank)
 
 

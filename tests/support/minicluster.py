@@ -74,7 +74,10 @@ class MiniCluster:
         )
 
     def script(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        return self.run(str(SCRIPT), *args, check=check, timeout=300)
+        done = self.run(str(SCRIPT), *args, check=False, timeout=300)
+        if check and done.returncode != 0:  # what went wrong is on its stderr: say it
+            raise RuntimeError(f"scripts/minicluster {' '.join(args)}: exit {done.returncode}\n{done.stderr}")
+        return done
 
     def up(self) -> None:
         self.script("up", "--nodes", str(self.nodes), *(["--pin"] if self.pin else []))
