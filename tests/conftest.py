@@ -18,6 +18,7 @@ from tests.support.prereq import REPO, need
 def minicluster() -> Iterator[MiniCluster]:
     reason = unavailable_reason()
     need(reason is None, reason or "")
+    workers.prefer_minicluster()
     cluster = MiniCluster(REPO / ".minicluster", nodes=4)
     cluster.up()
     try:

@@ -8,8 +8,15 @@ On that one worker, in collection order (tests/conftest.py puts the minicluster'
 
 xdist's own --dist loadgroup would do this through a mark, but it renames the tests' node ids to do so,
 which pytest 9.2 no longer lets a plugin do; a scheduler that groups by path needs neither. xdist starts the
-largest group first, so this one runs from the start while the other workers take everything else."""
+largest group first, so this one runs from the start while the other workers take everything else.
 
+On a 2-core machine the minicluster's tests set the pace of the whole run, and they wait on deadlines, so
+the workers run at a lower CPU priority (nice 10) and the one that brings up the minicluster returns to 0
+first (prefer_minicluster): the other workers' bash and Python get what Ray and the tests' own commands
+leave. Each slurmd starts a session of its own, so the jobs' processes already share the CPU fairly with
+the whole pytest run; this keeps that run's own minicluster worker ahead of the rest of it."""
+
+import os
 from typing import Any
 
 import pytest
@@ -31,7 +38,19 @@ class Workers:
         return OneMinicluster(config, log)
 
 
+LOWER_PRIORITY = 10
+
+
 def register(config: pytest.Config) -> None:
-    """Schedule xdist's workers by OneMinicluster when the run has any (scripts/test's -n)."""
+    """Schedule xdist's workers by OneMinicluster when the run has any (scripts/test's -n); in a worker,
+    lower this process's CPU priority."""
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(Workers(), "raysub-workers")
+    if hasattr(config, "workerinput"):
+        os.nice(LOWER_PRIORITY)
+
+
+def prefer_minicluster() -> None:
+    """Back to the usual CPU priority before the minicluster comes up (root only, as the minicluster)."""
+    if os.getpriority(os.PRIO_PROCESS, 0) > 0:
+        os.setpriority(os.PRIO_PROCESS, 0, 0)
