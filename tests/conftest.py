@@ -74,6 +74,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "slurm" in item.keywords and "minicluster" not in getattr(item, "fixturenames", ()):
             raise pytest.UsageError(f"{item.nodeid} is marked slurm but does not use the minicluster fixture")
+        if "slurm" in item.keywords and not item.nodeid.startswith(workers.SLURM_TESTS):
+            # Only there do the workers run it apart from every other minicluster test.
+            raise pytest.UsageError(f"{item.nodeid} is marked slurm but is not under {workers.SLURM_TESTS}")
     items.sort(key=start_rank)
 
 

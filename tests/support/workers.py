@@ -22,7 +22,8 @@ from typing import Any
 import pytest
 from xdist.scheduler import LoadScopeScheduling
 
-ONE_WORKER = ("tests/slurm/", "tests/unit/test_packaging.py")
+SLURM_TESTS = "tests/slurm/"  # every test marked slurm is here (tests/conftest.py refuses one elsewhere)
+ONE_WORKER = (SLURM_TESTS, "tests/unit/test_packaging.py")
 
 
 class OneMinicluster(LoadScopeScheduling):  # type: ignore[misc]  # xdist is untyped
