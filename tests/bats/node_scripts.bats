@@ -633,9 +633,13 @@ batch_script_ends_job() {
   cat >"$driver" <<'SH'
 child_pid_file=$1
 if [[ ! -e $child_pid_file ]]; then
-  # Its own session and process group, deaf to TERM: only the run's mark leads to it.
-  setsid bash -c 'trap "" TERM; while :; do sleep 0.2; done' </dev/null >/dev/null 2>&1 &
+  # Its own session and process group, deaf to TERM: only the run's mark leads to it. The run ends only
+  # once the child is so: on a busy machine it could still be in the run's group, without its trap, when
+  # the head stops that group, and die of TERM like any other process of the run.
+  setsid bash -c 'trap "" TERM; : >"$1"; while :; do sleep 0.2; done' - "${child_pid_file}.deaf" \
+    </dev/null >/dev/null 2>&1 &
   printf '%s\n' "$!" >"$child_pid_file"
+  while [[ ! -e ${child_pid_file}.deaf ]]; do sleep 0.05; done
   exit 1
 fi
 state=$(awk '{ print $3 }' "/proc/$(<"$child_pid_file")/stat" 2>/dev/null || printf 'gone')
