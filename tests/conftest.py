@@ -60,16 +60,6 @@ def pytest_configure(config: pytest.Config) -> None:
     workers.register(config)
 
 
-# scripts/test runs the suite on pytest-xdist's workers (tests/support/workers.py); the longest runs start
-# first, so that the rest fills the time around them: every minicluster test (one worker, one after
-# another), then the bash property tests and the bats files, then everything else in its usual order.
-LONGEST_FIRST = ("tests/slurm/", "tests/unit/test_hostile_inputs.py", "tests/test_bats.py")
-
-
-def start_rank(item: pytest.Item) -> int:
-    return next((rank for rank, prefix in enumerate(LONGEST_FIRST) if item.nodeid.startswith(prefix)), 99)
-
-
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "slurm" in item.keywords and "minicluster" not in getattr(item, "fixturenames", ()):
@@ -77,7 +67,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if "slurm" in item.keywords and not item.nodeid.startswith(workers.SLURM_TESTS):
             # Only there do the workers run it apart from every other minicluster test.
             raise pytest.UsageError(f"{item.nodeid} is marked slurm but is not under {workers.SLURM_TESTS}")
-    items.sort(key=start_rank)
+    items.sort(key=workers.start_rank)  # the longest first, for scripts/test's workers
 
 
 @dataclass(frozen=True)

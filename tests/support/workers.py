@@ -26,6 +26,16 @@ SLURM_TESTS = "tests/slurm/"  # every test marked slurm is here (tests/conftest.
 ONE_WORKER = (SLURM_TESTS, "tests/unit/test_packaging.py")
 
 
+# The longest start first, so that the rest fills the time around them: every minicluster test (one worker,
+# one after another), then the bash property tests and the bats files, then everything else in its order.
+LONGEST_FIRST = (SLURM_TESTS, "tests/unit/test_hostile_inputs.py", "tests/test_bats.py")
+
+
+def start_rank(item: pytest.Item) -> int:
+    """Where ``item`` goes in the suite's order (tests/conftest.py sorts by it)."""
+    return next((rank for rank, prefix in enumerate(LONGEST_FIRST) if item.nodeid.startswith(prefix)), 99)
+
+
 class OneMinicluster(LoadScopeScheduling):  # type: ignore[misc]  # xdist is untyped
     """xdist's scope scheduling: one scope for ONE_WORKER's tests, one per other test."""
 
