@@ -32,6 +32,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from raysub import protocol  # noqa: E402
+from raysub.protocol.logdir import LogDir  # noqa: E402
 from tests.support.minicluster import MiniCluster  # noqa: E402
 
 BASELINES = REPO / "benchmarks" / "baselines"
@@ -115,7 +116,7 @@ def run_job(cluster: MiniCluster, kind: str, nodes: int, work: Path) -> Run:
     if result.exit_code != 0:
         raise RuntimeError(f"{kind} job {job_id} failed: {result}; see {work}")
     if kind == "raysub":
-        logs = protocol.LogDir.of(work, job_id)
+        logs = LogDir.of(work, job_id)
         driver_log, driver_end = logs.driver_log, logs.file(protocol.DRIVER_EXIT_CODE).stat().st_mtime
     else:
         driver_log, driver_end = work / "driver.log", (work / "driver_done").stat().st_mtime

@@ -20,16 +20,17 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from raysub import protocol  # noqa: E402
+from raysub.protocol.logdir import LogDir, NodeEntry  # noqa: E402
 
 TARGET_S = 0.2
 
 
 def finished_job(base: Path) -> Path:
     """A LOG_DIR as a 4-node job leaves it, written with the protocol's writers."""
-    logs = protocol.LogDir.of(base, 4711)
+    logs = LogDir.of(base, 4711)
     logs.path.mkdir(parents=True)
-    nodes = [protocol.NodeEntry(protocol.ROLE_HEAD, 0, "node1")]
-    nodes += [protocol.NodeEntry(protocol.ROLE_WORKER, k, f"node{k + 2}") for k in range(3)]
+    nodes = [NodeEntry(protocol.ROLE_HEAD, 0, "node1")]
+    nodes += [NodeEntry(protocol.ROLE_WORKER, k, f"node{k + 2}") for k in range(3)]
     logs.write_node_map(nodes)
     logs.started_ray_head.write_text("10.0.0.1:6379\n")
     logs.write_joined_nodes(n.node for n in nodes)

@@ -33,7 +33,7 @@ from tests.support.raysub_jobs import submit, wait_for  # noqa: E402
 TICKS = os.sysconf("SC_CLK_TCK")
 TARGET_CORE_PCT, TARGET_MIB = 1.0, 100.0
 # What a raysub process runs: its scripts in LOG_DIR, its node programs, the batch script Slurm runs.
-RAYSUB_MARKS = (".sh", "raysub.node.", "slurm_script")
+RAYSUB_MARKS = (".sh", "raysub.job.programs.", "slurm_script")
 
 
 @dataclass

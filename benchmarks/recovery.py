@@ -45,6 +45,7 @@ sys.path.insert(0, str(REPO))
 from bringup_vs import page_cache_kept  # noqa: E402
 
 from raysub import protocol  # noqa: E402
+from raysub.protocol.logdir import LogDir  # noqa: E402
 from tests.support.minicluster import MiniCluster  # noqa: E402
 
 KINDS = ("in_alloc", "watch", "resubmit")
@@ -150,7 +151,7 @@ def driver_times(work: Path) -> tuple[float, float, float]:
 def timeline(work: Path, job_id: int) -> dict[str, list[float]]:
     """When each phase of the job's timeline happened, in file order."""
     times: dict[str, list[float]] = {}
-    for event in protocol.LogDir.of(work, job_id).timeline():
+    for event in LogDir.of(work, job_id).timeline():
         times.setdefault(event.phase, []).append(event.t)
     return times
 

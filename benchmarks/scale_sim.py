@@ -55,7 +55,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from raysub import protocol  # noqa: E402
-from raysub.render import render  # noqa: E402
+from raysub.job.render import render  # noqa: E402
+from raysub.protocol.logdir import LogDir  # noqa: E402
 from raysub.spec import Ports  # noqa: E402
 from tests.support.batch import FAKES, environment, job_spec, recorded_steps  # noqa: E402
 
@@ -461,7 +462,7 @@ class HeadGate:
     its canary_ok, which it writes just before it starts looking for STARTED_RAY_HEAD, is on the timeline.
     So every worker waits at least --head-delay, however long a crowded machine takes to start them all."""
 
-    def __init__(self, logs: protocol.LogDir, workers: int, gate: Path) -> None:
+    def __init__(self, logs: LogDir, workers: int, gate: Path) -> None:
         self.logs, self.workers, self.gate = logs, workers, gate
         self.opened: float | None = None
         self.stop = threading.Event()
@@ -501,7 +502,7 @@ def run_job(n: int, args: argparse.Namespace, root: Path, node_wrapper: list[str
     job.write_text(render(spec))
     traced = sample(n - 1, args.trace_workers)
     slurmd = Slurmd(sim.spool, nodes, sim.traces, traced, node_wrapper)
-    logs = protocol.LogDir.of(sim.submit / "runs", job_id)
+    logs = LogDir.of(sim.submit / "runs", job_id)
     gate = HeadGate(logs, n - 1, sim.head_gate)
     batch_trace = sim.traces / "batch.trace"
     started = time.time()
@@ -548,7 +549,7 @@ def trace_ops(sim: Sim, name: str) -> list[Op]:
     return parse_trace(path.read_text(), str(sim.shared)) if path.exists() else []
 
 
-def measurements(sim: Sim, logs: protocol.LogDir, traced: set[int], n: int, started: float) -> dict[str, Any]:
+def measurements(sim: Sim, logs: LogDir, traced: set[int], n: int, started: float) -> dict[str, Any]:
     # The phases of the batch script and the head, both on the first node.
     at = {e.phase: e.t for e in logs.timeline() if e.node == "node0"}
     head_ready = at.get(protocol.PHASE_HEAD_READY)

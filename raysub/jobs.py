@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from raysub import protocol, slurm
-from raysub.protocol import LogDir
+from raysub.protocol.job_index import IndexEntry, job_index_path, read_job_index
+from raysub.protocol.logdir import LogDir
 
 _ATTEMPT_DIR = re.compile(
     rf"(?P<job>{protocol.JOB_ID.pattern})(?:-(?P<restart>\d+))?{re.escape(protocol.LOG_DIR_SUFFIX)}"
@@ -65,7 +66,7 @@ def known_ids(base: Path, index: Path | None = None) -> list[str]:
     except OSError:
         pass
     try:
-        entries = protocol.read_job_index(index or protocol.job_index_path())
+        entries = read_job_index(index or job_index_path())
     except OSError:
         entries = []
     indexed: list[str] = []
@@ -93,7 +94,7 @@ def _names(entry_id: str, job_id: str) -> bool:
     return entry_id == job_id or entry_id.startswith(f"{job_id}_")
 
 
-def indexed_dir(entries: list[protocol.IndexEntry], job_id: str) -> Path | None:
+def indexed_dir(entries: list[IndexEntry], job_id: str) -> Path | None:
     """The LOG_DIR of the job index's newest line for ``job_id`` (or a task of it) whose directory still
     exists: a later line wins, since Slurm reuses job ids (after a wrap-around, or on another cluster
     sharing the home)."""
@@ -130,7 +131,7 @@ def _places(job_id: str, base: Path | None, index: Path) -> Iterator[tuple[Path 
     else:
         yield cwd, f"under {cwd} (the current directory)"
     try:
-        entries = protocol.read_job_index(index)
+        entries = read_job_index(index)
     except OSError as error:
         yield None, f"the job index {index} is unreadable ({error.strerror})"
     else:
@@ -163,7 +164,7 @@ def find_all_by_id(
 ) -> list[Job]:
     """[the job ``job_id``] as find_by_id finds it; or, with ``tasks``, for an array job's id, each of its
     tasks (the newest attempt of each), from the first place that has any."""
-    index = protocol.job_index_path() if index is None else index
+    index = job_index_path() if index is None else index
     looked: list[str] = []
     seen: set[Path] = set()
     for place, what in _places(job_id, base, index):

@@ -1,5 +1,5 @@
 """Whether a base directory for LOG_DIR is safe from other users, judged on the submit host as the batch
-script judges it on the head node (templates/ray.sub.j2, ``swappable``; docs/security.md, "A shared
+script judges it on the head node (raysub/job/templates/ray.sub.j2, ``swappable``; docs/security.md, "A shared
 submit directory"): so that ``raysub submit`` says so before the job waits in the queue, and follows the
 job to where its logs really go."""
 

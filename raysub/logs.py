@@ -10,6 +10,7 @@ from pathlib import Path
 from raysub import protocol
 from raysub.jobs import Job
 from raysub.protocol import ray_logs
+from raysub.protocol.logdir import NodeEntry
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,7 @@ def sources(job: Job, selection: Selection) -> list[Source]:
         workers = len(list(node_logs.glob(f"{protocol.WORKER_LOG_PREFIX}*{protocol.LOG_SUFFIX}")))
     found: list[Source] = []
     show_all = selection.everything()
-    for entry in entries or [protocol.NodeEntry(protocol.ROLE_HEAD, 0, "")]:
+    for entry in entries or [NodeEntry(protocol.ROLE_HEAD, 0, "")]:
         is_head = entry.role == protocol.ROLE_HEAD
         wanted = (
             show_all

@@ -15,10 +15,10 @@ from itertools import groupby, pairwise
 from raysub import protocol
 from raysub.health.checkup import Options
 from raysub.health.runs import DriverRun, JobRun, StepGap, read_job_run, step_gaps
+from raysub.job.lib.scrape import summarize
 from raysub.jobs import Job
 from raysub.monitor import power_caps
 from raysub.protocol.metrics_log import Snapshot, read_snapshots
-from raysub.protocol.ray_metrics import summarize
 from raysub.protocol.readings import NodeMetrics
 
 # Nothing may be fetched; only the inline styles apply.

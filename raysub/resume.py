@@ -2,7 +2,8 @@
 
 A checkpoint directory that does not exist makes every attempt start from scratch, silently, and one
 the login node cannot see looks the same from here. Both raysub render and raysub watch refuse it, and
-the job itself refuses it again on the head (templates/head.sh.j2, find_checkpoint), where it matters.
+the job itself refuses it again on the head (raysub/job/templates/head.sh.j2, find_checkpoint), where it
+matters.
 """
 
 import socket

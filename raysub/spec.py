@@ -2,7 +2,7 @@
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, cast, get_args
 
@@ -390,30 +390,6 @@ class Timing:
     # ray_logs.py, as a node leaves: well within Slurm's default KillWait (30 s) after a TERM.
     keep_ray_logs_s: float = 10.0
 
-    def program_args(self, program: str) -> list[str]:
-        """The timing options of node program ``program`` (raysub/node/<program>.py), as arguments."""
-        options = {
-            "join": {"look": self.join_look_s},
-            "units": {
-                "ready-look": self.units_ready_look_s,
-                "brisk": self.units_brisk_s,
-                "slow": self.units_slow_s,
-            },
-            "cleanup": {
-                "timeout": self.cleanup_timeout_s,
-                "worker-grace": self.cleanup_worker_grace_s,
-                "look": self.cleanup_look_s,
-                "nvidia-smi-timeout": self.nvidia_smi_timeout_s,
-            },
-            "ray_logs": {"seconds": self.keep_ray_logs_s},
-            "preflight": {
-                "first-pause": self.preflight_first_pause_s,
-                "max-pause": self.preflight_max_pause_s,
-                "nvidia-smi-timeout": self.nvidia_smi_timeout_s,
-            },
-        }[program]
-        return [f"--{name}={value:g}" for name, value in options.items()]
-
 
 @dataclass(frozen=True)
 class JobSpec:
@@ -501,8 +477,9 @@ class JobSpec:
 
     @property
     def smoke_program(self) -> tuple[str, ...]:
-        """With --smoke, the driver: the node program raysub/node/smoke.py and its arguments, the job's
-        own nodes and GPUs (the head's too with --dedicated-head), with an all-reduce wherever torch is."""
+        """With --smoke, the driver: the node program raysub/job/programs/smoke.py and its arguments, the
+        job's own nodes and GPUs (the head's too with --dedicated-head), with an all-reduce wherever torch
+        is."""
         program = ["smoke", f"--nodes={self.nodes}", f"--gpus-per-node={self.gpus_per_node}"]
         if self.head_gpus != self.gpus_per_node:
             program.append(f"--head-gpus={self.head_gpus}")
@@ -532,14 +509,6 @@ class JobSpec:
     def join_wave_units(self) -> int:
         """The units one node brings to ray_worker_units (its GPUs, or itself for a CPU-only job)."""
         return max(1, self.gpus_per_node)
-
-    @property
-    def units_program_args(self) -> list[str]:
-        """The unit counter's timing options: with --scale large it reads Ray's node table less often."""
-        timing = self.timing
-        if self.large_scale:
-            timing = replace(timing, units_brisk_s=max(timing.units_brisk_s, LARGE_SCALE.units_brisk_s))
-        return [*timing.program_args("units"), *(["--large-scale"] if self.large_scale else [])]
 
     @property
     def warnings(self) -> list[str]:
@@ -681,7 +650,8 @@ class JobSpec:
 
     @property
     def unit_kind(self) -> UnitKind:
-        """What the head's unit counter counts (raysub/node/units.py --kind): GPUs, or nodes without GPUs."""
+        """What the head's unit counter counts (raysub/job/programs/units.py --kind): GPUs, or nodes without
+        GPUs."""
         return "gpu" if self.counts_gpus else "node"
 
     @property

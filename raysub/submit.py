@@ -10,7 +10,7 @@ from pathlib import Path
 from raysub import jobs, slurm
 from raysub.jobs import Job
 from raysub.log_base import swappable
-from raysub.protocol import LogDir
+from raysub.protocol.logdir import LogDir
 from raysub.spec import JobSpec
 from raysub.status import COMING_UP, JobPoll, Phase, Status, read_status
 from raysub.validate import validate

@@ -5,7 +5,7 @@ Only this module imports wandb, and only when a sink logs; raysub itself never n
 
 from typing import Any
 
-from raysub.protocol.ray_metrics import RayGpuMonitor
+from raysub.job.lib.scrape import RayGpuMonitor
 
 
 class WandbSink:

@@ -28,6 +28,8 @@ from typing import TYPE_CHECKING
 
 from raysub import jobs, protocol, slurm
 from raysub.jobs import Job
+from raysub.protocol.job_index import job_index_path, read_job_index
+from raysub.protocol.logdir import LogDir
 from raysub.resume import checkpoint_dir_problem
 from raysub.status import FINAL_STATES, JobPoll
 from raysub.watch_files import KeptScript, WatchError, WatchFiles, locked
@@ -358,8 +360,8 @@ class Checkpoints:
         return {protocol.CHECKPOINT_DIR_ENV: str(self.directory), **marker, **create}
 
     def latest(self) -> Path | None:
-        """The newest complete checkpoint now, by raysub.protocol.checkpoints (imported when first asked)."""
-        checkpoints = importlib.import_module("raysub.protocol.checkpoints")
+        """The newest complete checkpoint now, by raysub.job.lib.checkpoints (imported when first asked)."""
+        checkpoints = importlib.import_module("raysub.job.lib.checkpoints")
         found = checkpoints.latest_checkpoint(self.directory, self.marker)
         return None if found is None else Path(found.path).absolute()
 
@@ -392,7 +394,7 @@ def log_dir_of(job_id: str, base: Path, index: Path | None = None) -> Job | None
     try:
         found = jobs.attempts(base, job_id)
         if not found:
-            entries = protocol.read_job_index(index or protocol.job_index_path())
+            entries = read_job_index(index or job_index_path())
             place = jobs.indexed_dir(entries, job_id)
             found = jobs.attempts(place.parent, job_id) if place is not None else []
     except (OSError, jobs.JobNotFound):
@@ -566,7 +568,7 @@ class Watcher:
 
     def _slurm_state(self, job_id: str) -> slurm.SlurmState:
         if self._poll is None or self._poll.job.job_id != job_id:
-            placeholder = Job(job_id, 0, protocol.LogDir(self.base))
+            placeholder = Job(job_id, 0, LogDir(self.base))
             self._poll = JobPoll(
                 placeholder, self.settings.interval, self.clock, lambda asked: slurm.job_state(asked)
             )
@@ -622,7 +624,7 @@ class Watcher:
                 action = replace(action, reason=f"{action.reason}\n    the last job's ENDED: {said}")
         self._apply(action, current, exit_code, now)
 
-    def _read(self, logs: protocol.LogDir, current: Attempt, over: bool) -> Seen:
+    def _read(self, logs: LogDir, current: Attempt, over: bool) -> Seen:
         """What the job's LOG_DIR says, and what the history keeps of it."""
         events = logs.timeline()
         runs = [e for e in events if e.phase in (protocol.PHASE_DRIVER_START, protocol.PHASE_DRIVER_RESTART)]
@@ -688,7 +690,7 @@ def failed_nodes(events: Sequence[protocol.TimelineEvent]) -> list[str]:
     return list(dict.fromkeys(node for node in named if node))
 
 
-def last_lines(logs: protocol.LogDir, count: int = LAST_LINES) -> str:
+def last_lines(logs: LogDir, count: int = LAST_LINES) -> str:
     """The last ``count`` non-blank lines of the job's last driver log, indented, for a person."""
     path = logs.driver_logs()[-1]
     try:

@@ -20,8 +20,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from raysub import protocol
 from raysub.log_base import user_name
+from raysub.protocol.job_index import job_index_path
 
 # Under the job index's directory (the state home's raysub/): one directory per run, holding its copy.
 KEPT_DIR = "watch"
@@ -152,7 +152,7 @@ def locked(
 
 def kept_dir() -> Path:
     """Where runs keep their copies of the job script: the user's, 0700."""
-    return protocol.job_index_path().parent / KEPT_DIR
+    return job_index_path().parent / KEPT_DIR
 
 
 def _private_dir(path: Path, make: bool = True) -> None:

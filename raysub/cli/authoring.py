@@ -20,7 +20,8 @@ from raysub.cli.options import (
     write_output,
 )
 from raysub.profiles import ProfileError, load_profile
-from raysub.protocol import AuthMode, LogDir, PreflightMode
+from raysub.protocol import AuthMode, PreflightMode
+from raysub.protocol.logdir import LogDir
 from raysub.spec import (
     LARGE_SCALE,
     LARGE_SCALE_NODES,
@@ -327,8 +328,8 @@ def profile_keys(command: click.Command) -> dict[str, click.Parameter]:
 @spec_option(
     "--preflight",
     type=click.Choice(get_args(PreflightMode)),
-    help="Before Ray starts on a node, check its GPUs with nvidia-smi (raysub/node/preflight.py): a GPU "
-    "held by another process, too little free memory, fewer GPUs than --gpus-per-node. warn: record "
+    help="Before Ray starts on a node, check its GPUs with nvidia-smi (raysub/job/programs/preflight.py): "
+    "a GPU held by another process, too little free memory, fewer GPUs than --gpus-per-node. warn: record "
     "and go on; fail: end the job naming node, GPU and process.",
 )
 @spec_option(
@@ -435,7 +436,7 @@ def render(ctx: click.Context, /, output: Path | None, **values: Any) -> None:
 
 def rendered(ctx: click.Context, values: dict[str, Any]) -> tuple[JobSpec, str]:
     """The spec and script that render's options (and its --profile) make; its warnings said on stderr."""
-    from raysub.render import render as render_script
+    from raysub.job.render import render as render_script
     from raysub.resume import refuse_missing_checkpoint_dir
 
     apply_profile(ctx, values.pop("profile"))

@@ -1,4 +1,4 @@
-"""raysub smoke: the smoke test's own program (raysub/node/smoke.py), run as it is; its command line,
+"""raysub smoke: the smoke test's own program (raysub/job/programs/smoke.py), run as it is; its command line,
 help included, is that program's alone."""
 
 import os
@@ -12,7 +12,7 @@ import click
 
 from raysub import protocol
 
-PROGRAM = "raysub.node.smoke"
+PROGRAM = "raysub.job.programs.smoke"
 
 
 def copy_lines(source: IO[str], err: bool) -> None:

@@ -19,8 +19,9 @@ from raysub.health.fatal import fatal_lines
 from raysub.health.nccl import transport_findings, transports_by_node
 from raysub.health.progress import Progress, Throughput
 from raysub.health.stall import DriverTail, median_step_time
+from raysub.job.lib.checkpoints import AmbiguousCheckpoints, latest_checkpoint
 from raysub.jobs import Job
-from raysub.protocol.checkpoints import AmbiguousCheckpoints, latest_checkpoint
+from raysub.protocol.logdir import LogDir, ProgressSeen
 from raysub.protocol.metrics_log import Snapshot, read_snapshots
 from raysub.protocol.ray_logs import kept_logs, read_text
 from raysub.slurm import SlurmState
@@ -164,7 +165,7 @@ def state_name(slurm: SlurmState) -> str:
     return STATES.get(slurm.state or "", "UNKNOWN")
 
 
-def state_findings(state: str, slurm: SlurmState, logs: protocol.LogDir) -> list[Finding]:
+def state_findings(state: str, slurm: SlurmState, logs: LogDir) -> list[Finding]:
     if state in FAILED_STATES:
         return [Finding(Severity.ERROR, "state", f"Slurm says {state}", line=logs.ended_reason())]
     if state == "COMPLETED" and (logs.driver_exit_code() or slurm.exit_code):
@@ -179,7 +180,7 @@ def state_findings(state: str, slurm: SlurmState, logs: protocol.LogDir) -> list
     return []
 
 
-def driver_running(logs: protocol.LogDir) -> bool:
+def driver_running(logs: LogDir) -> bool:
     return (
         logs.file(protocol.DRIVER_STARTED).exists()
         and logs.driver_exit_code() is None
@@ -187,7 +188,7 @@ def driver_running(logs: protocol.LogDir) -> bool:
     )
 
 
-def remember(logs: protocol.LogDir, step: int | None, changed: float, now: float) -> protocol.ProgressSeen:
+def remember(logs: LogDir, step: int | None, changed: float, now: float) -> ProgressSeen:
     """LOG_DIR's memory of the step (health_progress.json), brought up to date with ``step``, so that
     checkups and watch intervals add up. A step first seen is dated by the log's last change on the first
     checkup (so that a stall is never called early), by ``now`` on later ones; each new step joins the
@@ -197,7 +198,7 @@ def remember(logs: protocol.LogDir, step: int | None, changed: float, now: float
         return before
     since = changed if before is None else now
     steps = before.steps if before else ()
-    seen = protocol.ProgressSeen(step, since, steps if step is None else (*steps, (step, since)))
+    seen = ProgressSeen(step, since, steps if step is None else (*steps, (step, since)))
     logs.write_progress_seen(seen)
     return seen
 
@@ -240,7 +241,7 @@ def slow_step_finding(
 
 
 def stall_finding(
-    logs: protocol.LogDir, seen: Progress | None, changed: float | None, options: Options, now: float
+    logs: LogDir, seen: Progress | None, changed: float | None, options: Options, now: float
 ) -> Finding | None:
     """Stalled: the driver runs, and has printed no new step and nothing else either for ``stall_after``
     seconds (``changed``: when its log last grew). A step that takes long while output keeps coming is
@@ -273,9 +274,7 @@ def _names(nodes: list[str]) -> str:
     return ", ".join(nodes) if len(nodes) <= 4 else f"{', '.join(nodes[:4])} and {len(nodes) - 4} more"
 
 
-def idle_finding(
-    logs: protocol.LogDir, snapshots: list[Snapshot], options: Options, now: float
-) -> Finding | None:
+def idle_finding(logs: LogDir, snapshots: list[Snapshot], options: Options, now: float) -> Finding | None:
     """GPUs allocated but idle: the nodes whose every GPU with a reading stayed below the threshold in
     every snapshot of the last ``gpu_idle_after`` s while the driver ran (a GPU with no reading is
     unknown, not idle), with how long and whether the whole time since the driver started."""
@@ -318,7 +317,7 @@ def idle_finding(
 _RAY_PREFIX_IP = re.compile(r"^\((?:[^()]*?)\bip=(?P<ip>[0-9a-fA-F.:]+)\)")
 
 
-def texts_by_node(logs: protocol.LogDir, ip_names: dict[str, str]) -> dict[str, str]:
+def texts_by_node(logs: LogDir, ip_names: dict[str, str]) -> dict[str, str]:
     """Every log that may hold NCCL or error lines, by node: the driver's lines by the ip= of Ray's prefix
     (named as in ``ip_names`` when known; the driver's own lines: the head), and each Ray node's own log
     by its Slurm node name."""
@@ -348,7 +347,7 @@ def log_findings(texts: dict[str, str], by_node: dict[str, str | None], gpu_job:
         yield Finding(Severity.WARNING, "nccl", reason)
 
 
-def ray_log_findings(logs: protocol.LogDir) -> Iterator[Finding]:
+def ray_log_findings(logs: LogDir) -> Iterator[Finding]:
     """What Ray's own logs, kept as each node left (--keep-ray-logs), say killed a node's Ray."""
     for kept in kept_logs(logs.path):
         if ray_fatal.read_by_name(kept.name):
@@ -374,7 +373,7 @@ def resources(snapshots: list[Snapshot]) -> dict[str, dict[str, float]]:
     return totals
 
 
-def verdict(state: str, findings: list[Finding], logs: protocol.LogDir) -> Verdict:
+def verdict(state: str, findings: list[Finding], logs: LogDir) -> Verdict:
     if any(f.severity != Severity.INFO for f in findings):
         return Verdict.UNHEALTHY
     if state in ("UNKNOWN", "PENDING", "REQUEUED") and not logs.ended.exists():

@@ -18,6 +18,7 @@ from itertools import pairwise
 
 from raysub import protocol
 from raysub.health.progress import StepPoint, step_points
+from raysub.protocol.logdir import LogDir
 
 QUARTER_HOUR = 900.0
 MAX_ZONE = 14 * 3600.0  # UTC+14, the furthest zone from UTC
@@ -97,7 +98,7 @@ def _offset(points: list[StepPoint], earliest: float | None, latest: float) -> f
     return clock_offset(stamps, earliest, latest)
 
 
-def read_job_run(logs: protocol.LogDir, step_regex: str | None = None) -> JobRun:
+def read_job_run(logs: LogDir, step_regex: str | None = None) -> JobRun:
     """The job's timeline, nodes, driver runs and ENDED line. Run 0 may start before the timeline's
     driver_start (an early driver waits inside ray.init), so its steps may lie anywhere after the job's
     first timeline entry; run k's after its driver_restart."""

@@ -17,8 +17,8 @@ from itertools import pairwise
 from pathlib import Path
 from typing import BinaryIO
 
-from raysub import protocol
 from raysub.health.progress import Progress, progress
+from raysub.protocol.logdir import LogDir
 
 # Of what was written since the last read, only the newest READ_MAX bytes are read: the latest step is at
 # the end, and a log that grew more than this in one watch interval is mostly noise (NCCL_DEBUG, warnings).
@@ -54,7 +54,7 @@ class DriverTail:
         self.latest: Progress | None = None
         self.grew: float | None = None  # when a read found the log had grown (the first read does not count)
 
-    def read(self, logs: protocol.LogDir, now: float) -> tuple[Progress | None, float | None]:
+    def read(self, logs: LogDir, now: float) -> tuple[Progress | None, float | None]:
         """The latest step the current driver log shows, and when the log last grew: the later of its
         modification time and ``now`` when this read found new bytes, so that a compute node's clock
         running behind never makes output look older than it is. (None, None) before there is a log."""

@@ -8,9 +8,9 @@ readings, Ray's metrics text). Where bash writes a file too, a test reads what b
 docs/protocol.md describes the phases and who writes what; file_table lists every path a job makes.
 
 The package is the floor both sides stand on: the submit host imports it and the batch script ships the
-modules the node programs import (raysub/node/__init__.py) to the nodes. So it imports nothing of raysub
-outside itself, only the standard library, Ray and prometheus_client, and keeps to the Python versions Ray
-supports (tests/unit/test_house.py, tests/unit/test_node_package.py).
+modules the node programs import (raysub/job/programs/__init__.py) to the nodes. So it imports nothing of
+raysub outside itself, only the standard library, Ray and prometheus_client, and keeps to the Python versions
+Ray supports (tests/unit/test_house.py, tests/unit/test_node_package.py).
 """
 
 from __future__ import annotations
@@ -18,13 +18,12 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import pwd
 import re
 import socket
 import stat
 import sys
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Literal
@@ -75,9 +74,9 @@ ENV_MARK = f"{ENV_PREFIX}JOB_MARK"
 # Set by the head for each driver run ("<canary> <run>"): before a restart, every process that still carries
 # the previous run's value is stopped, also one that left the driver's process group (setsid, a daemon).
 ENV_DRIVER_RUN = f"{ENV_PREFIX}DRIVER_RUN"
-# Set by the head for the early driver only (raysub/node/driver_gate.py mirrors them: it imports nothing of
-# raysub): the file that opens its gate (DRIVER_STARTED), the file that says the job ends (ENDED), and the
-# driver's PYTHONPATH without the gate, which the gate puts back.
+# Set by the head for the early driver only (raysub/job/programs/driver_gate.py mirrors them: it imports
+# nothing of raysub): the file that opens its gate (DRIVER_STARTED), the file that says the job ends (ENDED),
+# and the driver's PYTHONPATH without the gate, which the gate puts back.
 ENV_DRIVER_GATE = f"{ENV_PREFIX}DRIVER_GATE"
 ENV_DRIVER_GATE_ENDED = f"{ENV_PREFIX}DRIVER_GATE_ENDED"
 ENV_DRIVER_PYTHONPATH = f"{ENV_PREFIX}DRIVER_PYTHONPATH"
@@ -138,11 +137,12 @@ FINISHED_ENV = "RAYSUB_FINISHED"
 # Ray task on the node. Not RAYSUB_SANDBOX_PORT: that is --sandbox-port's default for raysub's commands.
 SANDBOX_PORT_ENV = "RAYSUB_NODE_SANDBOX_PORT"
 
-# The smoke test's result (raysub render --smoke, raysub smoke; raysub/node/smoke.py): where one actor per
-# GPU (or node) ran and what was wrong, as one JSON object. Its writer and reader: protocol/smoke_result.py.
+# The smoke test's result (raysub render --smoke, raysub smoke; raysub/job/programs/smoke.py): where one actor
+# per GPU (or node) ran and what was wrong, as one JSON object. Its writer and reader:
+# protocol/smoke_result.py.
 SMOKE = "smoke.json"
 # raysub smoke runs the smoke program as a child and names itself in this variable, so that the program's
-# usage and help say "raysub smoke", not "python -m raysub.node.smoke".
+# usage and help say "raysub smoke", not "python -m raysub.job.programs.smoke".
 ENV_SMOKE_PROG = f"{ENV_PREFIX}SMOKE_PROG"
 
 # The head's monitor (--monitor): one JSON snapshot per line, {"t": ..., "nodes": {<node>: {...}},
@@ -150,9 +150,10 @@ ENV_SMOKE_PROG = f"{ENV_PREFIX}SMOKE_PROG"
 METRICS = "metrics.jsonl"
 MONITOR_MAX_BYTES = 64 * 2**20
 
-# The GPU preflight gate (raysub/node/preflight.py), run on every node before `ray start`: one JSON line per
-# check of a node's GPUs, {"t", "node", "check", "final", "gpus": [...], "findings": [...], "verdict"},
-# each appended in one write under an flock on the file itself, so lines from different nodes stay whole.
+# The GPU preflight gate (raysub/job/programs/preflight.py), run on every node before `ray start`: one JSON
+# line per check of a node's GPUs, {"t", "node", "check", "final", "gpus": [...], "findings": [...],
+# "verdict"}, each appended in one write under an flock on the file itself, so lines from different nodes stay
+# whole.
 PREFLIGHT = "preflight.jsonl"
 # Each node's Ray logs, kept as it leaves: ray-logs/<node>/<name>.gz (raysub/protocol/ray_logs.py).
 RAY_LOGS_DIR = "ray-logs"
@@ -169,15 +170,15 @@ ATTACH_SCRIPT = "attach.sh"
 # (log, timeline, signal files, trust); NODE_BASH by the node scripts (canary, Ray's start, clean-up).
 SHARED_BASH = "lib.sh"
 NODE_BASH = "node.sh"
-# The node programs (raysub/node/) and the raysub modules they use, as they are in this package, under
+# The node programs (raysub/job/programs/) and the raysub modules they use, as they are in this package, under
 # LOG_DIR/NODE_PYTHON_DIR/raysub/: the node scripts put NODE_PYTHON_DIR first on the programs' PYTHONPATH.
 NODE_PYTHON_DIR = "python"
-# LOG_DIR/NODE_PYTHON_DIR/DRIVER_GATE_DIR/sitecustomize.py: raysub/node/driver_gate.py, which the head puts
-# first on an early driver's PYTHONPATH (docs/protocol.md#the-early-driver).
+# LOG_DIR/NODE_PYTHON_DIR/DRIVER_GATE_DIR/sitecustomize.py: raysub/job/programs/driver_gate.py, which the head
+# puts first on an early driver's PYTHONPATH (docs/protocol.md#the-early-driver).
 DRIVER_GATE_DIR = "driver_gate"
 # In a node's own Ray temp dir (node-local): the head's address, which the node script writes there once
-# the head is ready, for the program that loaded Ray while it started (raysub/node/join.py on a worker,
-# the unit counter on the head).
+# the head is ready, for the program that loaded Ray while it started (raysub/job/programs/join.py on a
+# worker, the unit counter on the head).
 LOCAL_HEAD_ADDRESS = "raysub_head_address"
 # batch script: "<Slurm job id> <head node>", and " het" after them in a heterogeneous job (whose steps
 # name their component: the head's 0, the workers' 1); read by attach.sh and raysub attach.
@@ -401,37 +402,11 @@ def read_trusted(path: Path) -> str | None:
         return file.read()
 
 
-def _read(path: Path) -> str | None:
+def read_or_none(path: Path) -> str | None:
     try:
         return path.read_text(errors="replace")
     except FileNotFoundError:
         return None
-
-
-@dataclass(frozen=True)
-class AttachEnv:
-    """attach.env: the job's own Slurm id (an array task's too: srun --jobid takes no <array>_<task>), its
-    head node, and whether it is a heterogeneous job."""
-
-    slurm_job_id: str
-    head: str
-    het: bool
-
-    def het_group(self, on_head: bool) -> tuple[str, ...]:
-        """The srun option that picks the component of a step on the head's node or a worker's."""
-        return (f"--het-group={0 if on_head else 1}",) if self.het else ()
-
-
-@dataclass(frozen=True)
-class NodeEntry:
-    """One line of nodes.tsv: the head (index 0) or worker ``index``, and the Slurm node it runs on."""
-
-    role: str
-    index: int
-    node: str
-
-    def line(self) -> str:
-        return f"{self.role}\t{self.index}\t{self.node}"
 
 
 @dataclass(frozen=True)
@@ -447,286 +422,68 @@ class TimelineEvent:
         return json.dumps({"t": self.t, "phase": self.phase, "node": self.node, "detail": self.detail}) + "\n"
 
 
-@dataclass(frozen=True)
-class ProgressSeen:
-    """health_progress.json: the driver's step as raysub health and watch last saw it (None: no step yet),
-    since when it has been that step, and when each of the last PROGRESS_HISTORY step changes was first
-    seen, oldest first. A run's own step lines rarely say when they were printed, so how long a step takes
-    is measured from these sightings."""
-
-    step: int | None
-    since: float  # epoch seconds
-    steps: tuple[tuple[int, float], ...] = ()  # (step, first seen)
-
-
-def _whole_number(value: object) -> int | None:
-    """``value`` when JSON gave an integer (true and false are no steps)."""
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _step_sightings(value: object) -> tuple[tuple[int, float], ...]:
-    """The well-formed [step, seconds] pairs of ``value``, the last PROGRESS_HISTORY of them."""
-    pairs = []
-    for item in value if isinstance(value, list) else []:
-        if isinstance(item, list) and len(item) == 2:
-            step, seen = _whole_number(item[0]), item[1]
-            if step is not None and isinstance(seen, (int, float)) and not isinstance(seen, bool):
-                pairs.append((step, float(seen)))
-    return tuple(pairs[-PROGRESS_HISTORY:])
-
-
-@dataclass(frozen=True)
-class LogDir:
-    """One attempt's LOG_DIR and every file in it."""
-
-    path: Path
-
-    @classmethod
-    def of(cls, base: Path, job_id: str | int, restart_count: int = 0) -> LogDir:
-        return cls(base / log_dir_name(job_id, restart_count))
-
-    def file(self, name: str) -> Path:
-        return self.path / name
-
-    @property
-    def head_log(self) -> Path:
-        return self.file(HEAD_LOG)
-
-    @property
-    def driver_log(self) -> Path:
-        return self.file(DRIVER_LOG)
-
-    def worker_log(self, index: int, workers: int) -> Path:
-        return self.file(worker_log_name(index, workers))
-
-    def driver_logs(self) -> list[Path]:
-        """The driver's logs in run order: its first run, then each restart that wrote one."""
-        runs = [self.driver_log]
-        while self.file(driver_log_name(len(runs))).exists():
-            runs.append(self.file(driver_log_name(len(runs))))
-        return runs
-
-    @property
-    def ended(self) -> Path:
-        return self.file(ENDED)
-
-    @property
-    def metrics(self) -> Path:
-        return self.file(METRICS)
-
-    @property
-    def preflight(self) -> Path:
-        return self.file(PREFLIGHT)
-
-    @property
-    def auth_token(self) -> Path:
-        return self.file(AUTH_TOKEN)
-
-    @property
-    def started_ray_head(self) -> Path:
-        return self.file(STARTED_RAY_HEAD)
-
-    @property
-    def worker_units(self) -> Path:
-        return self.file(WORKER_UNITS)
-
-    def node_map(self) -> list[NodeEntry]:
-        """Which node is the head and which is worker k (empty until the batch script has written it;
-        a malformed line, or one not ended by a newline yet, is left out)."""
-        entries = []
-        for line in (read_trusted(self.file(NODE_MAP)) or "").split("\n")[:-1]:
-            fields = line.split("\t")
-            if len(fields) == 3 and fields[1].isdigit():
-                entries.append(NodeEntry(fields[0], int(fields[1]), fields[2]))
-        return entries
-
-    def write_node_map(self, entries: Iterable[NodeEntry]) -> None:
-        write_atomic(self.file(NODE_MAP), "".join(entry.line() + "\n" for entry in entries))
-
-    def units(self) -> int | None:
-        """How many units (GPUs, or nodes) have joined Ray; None before the head's counter has said."""
-        text = (read_trusted(self.worker_units) or "").strip()
-        return int(text) if text.isdigit() else None
-
-    def write_units(self, units: int) -> None:
-        write_atomic(self.worker_units, f"{units}\n")
-
-    def joined_nodes(self) -> list[str]:
-        """The nodes alive in Ray, as the head's counter last saw them."""
-        return (_read(self.file(JOINED_NODES)) or "").split()
-
-    def write_joined_nodes(self, names: Iterable[str]) -> None:
-        write_atomic(self.file(JOINED_NODES), "".join(f"{name}\n" for name in sorted(names)))
-
-    def driver_exit_code(self) -> int | None:
-        text = (read_trusted(self.file(DRIVER_EXIT_CODE)) or "").strip()
-        return int(text) if text.lstrip("-").isdigit() else None
-
-    def write_driver_exit_code(self, code: int) -> None:
-        write_atomic(self.file(DRIVER_EXIT_CODE), f"{code}\n")
-
-    def ended_reason(self) -> str | None:
-        """Why the job ended (ENDED's line), or None while it runs."""
-        text = _read(self.ended)
-        return None if text is None else text.strip()
-
-    def end(self, reason: str, node: str) -> bool:
-        """End the job with ``reason`` as the bash ``end_job`` does: the first writer wins (a hard link
-        fails when ENDED exists, atomically, on NFS too), and the winner adds the timeline's ``ended``.
-        Returns whether this call was the first."""
-        temporary = self.ended.with_name(f"{ENDED}.tmp.{socket.gethostname()}.{os.getpid()}")
-        with create(temporary, PRIVATE_FILE_MODE, os.O_TRUNC) as out:
-            out.write(reason + "\n")
-        try:
-            os.link(temporary, self.ended)
-        except FileExistsError:
-            return False
-        finally:
-            temporary.unlink()
-        self.append_timeline(PHASE_ENDED, node, reason)
-        return True
-
-    def progress_seen(self) -> ProgressSeen | None:
-        """What raysub health and watch last saw of the driver's step (None before they saw anything, or
-        when the file is unreadable: the next checkup starts afresh)."""
-        try:
-            record = json.loads(_read(self.file(HEALTH_PROGRESS)) or "")
-            step, since = record["step"], float(record["since"])
-            steps = record.get("steps")
-        except (ValueError, KeyError, TypeError):
-            return None
-        return ProgressSeen(_whole_number(step), since, _step_sightings(steps))
-
-    def write_progress_seen(self, seen: ProgressSeen) -> None:
-        """Only the last PROGRESS_HISTORY step changes are kept, so the file stays small however long the
-        run."""
-        steps = [[step, t] for step, t in seen.steps[-PROGRESS_HISTORY:]]
-        record = {"step": seen.step, "since": seen.since, "steps": steps}
-        write_atomic(self.file(HEALTH_PROGRESS), json.dumps(record) + "\n")
-
-    def timeline(self) -> list[TimelineEvent]:
-        """Every whole line of timeline.jsonl, in file order (a line still being written is left out)."""
-        events = []
-        for line in (_read(self.file(TIMELINE)) or "").splitlines():
-            try:
-                record = json.loads(line)
-                event = TimelineEvent(float(record["t"]), record["phase"], record["node"], record["detail"])
-            except (ValueError, KeyError, TypeError):
-                continue
-            if all(isinstance(text, str) for text in (event.phase, event.node, event.detail)):
-                events.append(event)  # else another writer's line
-        return events
-
-    def append_timeline(self, phase: str, node: str, detail: str) -> None:
-        """One timeline line, under the same flock as the bash writers (so lines stay whole and in time
-        order); written unlocked where flock fails (NFSv3 without lockd: ENOLCK; Lustre mounted noflock)
-        or is not had within LOCK_WAIT_S, as the bash writers do."""
-        mode = log_file_mode(self.path)
-        with create(self.file(TIMELINE_LOCK), mode) as held:
-            lock_within(held.fileno(), self.file(TIMELINE_LOCK))
-            with create(self.file(TIMELINE), mode) as out:
-                out.write(TimelineEvent(time.time(), phase, node, detail).line())
-
-    def log_of(self, entry: NodeEntry, workers: int) -> Path:
-        """The Ray log of a node of the node map."""
-        return self.head_log if entry.role == ROLE_HEAD else self.worker_log(entry.index, workers)
-
-    def container_args(self, head: bool = True) -> list[str]:
-        """The pyxis options to attach with: the head's container itself, or (``head=False``) a new
-        container from the same image with the same mounts, as the unnamed worker containers are."""
-        options = (read_trusted(self.file(CONTAINER_ARGS)) or "").splitlines()
-        for option in options:
-            if option not in CONTAINER_FLAGS and not option.startswith(CONTAINER_OPTIONS):
-                raise UntrustedFile(
-                    f"refusing {self.file(CONTAINER_ARGS)}: {option!r} is not a container option the job "
-                    "writes there; it may have been tampered with"
-                )
-        return [o for o in options if head or not o.startswith(CONTAINER_NAME_OPTION)]
-
-    def attach_env(self) -> AttachEnv | None:
-        """What attach.env says (None before the batch script has written it, or for a line it never
-        writes)."""
-        fields = (read_trusted(self.file(ATTACH_ENV)) or "").split()
-        if len(fields) not in (2, 3) or not fields[0].isdigit() or fields[2:] not in ([], [ATTACH_HET]):
-            return None
-        return AttachEnv(fields[0], fields[1], len(fields) == 3)
-
-    def head_address(self) -> str | None:
-        """The head's ``<ip>:<port>`` (STARTED_RAY_HEAD), None before the head is up."""
-        text = read_trusted(self.started_ray_head)
-        return None if text is None else text.strip()
-
-    def dashboard_address(self) -> str | None:
-        """Where Ray's dashboard listens, ``<host>:<port>`` (DASHBOARD); None before the head is up, and in
-        a job without a dashboard."""
-        text = read_trusted(self.file(DASHBOARD))
-        return None if text is None else text.strip() or None
-
-    def write_container_args(self, options: Iterable[str]) -> None:
-        write_atomic(self.file(CONTAINER_ARGS), "".join(f"{option}\n" for option in options))
-
-
-@dataclass(frozen=True)
-class IndexEntry:
-    """One line of the job index: attempt ``restart`` of job ``job_id``, its LOG_DIR, when it started."""
-
-    job_id: str
-    restart: int
-    log_dir: Path
-    started: int  # epoch seconds
-
-    def line(self) -> bytes:
-        """The line as the batch script writes it (its printf and this must agree; a unit test checks)."""
-        fields = [self.job_id, str(self.restart), os.fsdecode(self.log_dir), str(self.started)]
-        return os.fsencode("\t".join(fields) + "\n")
-
-
-def job_index_path(environ: Mapping[str, str] | None = None) -> Path:
-    """The job index of the user whose environment ``environ`` is (default: this process's)."""
-    env = os.environ if environ is None else environ
-    state = Path(env.get("XDG_STATE_HOME", ""))
-    if not state.is_absolute():  # unset, empty or relative: the XDG spec says to ignore it
-        # Without HOME (sbatch --export=NONE) the passwd entry, like the batch script's getent.
-        state = Path(env.get("HOME") or pwd.getpwuid(os.getuid()).pw_dir) / STATE_HOME_DEFAULT
-    return state / JOB_INDEX_DIR / JOB_INDEX
-
-
-def read_job_index(path: Path) -> list[IndexEntry]:
-    """Every well-formed line of the job index, oldest first ([] when there is none). A line that is not
-    four fields of the right kinds, or not yet ended by a newline, is skipped: appends from other jobs
-    never make the index unreadable. A LOG_DIR may hold tabs: it is everything between the second field
-    and the last."""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return []
-    entries = []
-    for raw in data.split(b"\n")[:-1]:  # after the last newline: a line still being written
-        fields = raw.split(b"\t")
-        if len(fields) < 4:
-            continue
-        job_id, restart, started, log_dir = fields[0], fields[1], fields[-1], b"\t".join(fields[2:-1])
-        if (
-            JOB_ID.fullmatch(job_id.decode("ascii", "replace"))
-            and restart.isdigit()
-            and started.isdigit()
-            and log_dir.startswith(b"/")
-        ):
-            path = Path(os.fsdecode(log_dir))
-            entries.append(IndexEntry(job_id.decode(), int(restart), path, int(started)))
-    return entries
-
-
-def append_job_index(path: Path, entry: IndexEntry) -> None:
-    """Append ``entry`` as the batch script does: the directory 0700, one write of the whole line."""
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    try:
-        os.write(fd, entry.line())
-    finally:
-        os.close(fd)
-
-
 def worker_tag(index: int, workers: int) -> str:
     """The short name of worker ``index`` in merged logs: w00, w01, ... (at least two digits)."""
     return f"w{index:0{max(2, worker_index_width(workers))}d}"
+
+
+# The unit counter's files: ray_worker_units (a count) and ray_joined_nodes (names, one per line).
+def read_units(log_dir: Path) -> int | None:
+    """How many units (GPUs, or nodes) have joined Ray; None before the head's counter has said."""
+    text = (read_trusted(log_dir / WORKER_UNITS) or "").strip()
+    return int(text) if text.isdigit() else None
+
+
+def write_units(log_dir: Path, units: int) -> None:
+    write_atomic(log_dir / WORKER_UNITS, f"{units}\n")
+
+
+def read_joined_nodes(log_dir: Path) -> list[str]:
+    """The nodes alive in Ray, as the head's counter last saw them."""
+    return (read_or_none(log_dir / JOINED_NODES) or "").split()
+
+
+def write_joined_nodes(log_dir: Path, names: Iterable[str]) -> None:
+    write_atomic(log_dir / JOINED_NODES, "".join(f"{name}\n" for name in sorted(names)))
+
+
+def read_timeline(log_dir: Path) -> list[TimelineEvent]:
+    """Every whole line of timeline.jsonl, in file order (a line still being written is left out)."""
+    events = []
+    for line in (read_or_none(log_dir / TIMELINE) or "").splitlines():
+        try:
+            record = json.loads(line)
+            event = TimelineEvent(float(record["t"]), record["phase"], record["node"], record["detail"])
+        except (ValueError, KeyError, TypeError):
+            continue
+        if all(isinstance(text, str) for text in (event.phase, event.node, event.detail)):
+            events.append(event)  # else another writer's line
+    return events
+
+
+def append_timeline(log_dir: Path, phase: str, node: str, detail: str) -> None:
+    """One timeline line, under the same flock as the bash writers (so lines stay whole and in time
+    order); written unlocked where flock fails (NFSv3 without lockd: ENOLCK; Lustre mounted noflock)
+    or is not had within LOCK_WAIT_S, as the bash writers do."""
+    mode = log_file_mode(log_dir)
+    with create(log_dir / TIMELINE_LOCK, mode) as held:
+        lock_within(held.fileno(), log_dir / TIMELINE_LOCK)
+        with create(log_dir / TIMELINE, mode) as out:
+            out.write(TimelineEvent(time.time(), phase, node, detail).line())
+
+
+@dataclass(frozen=True)
+class Node:
+    """An alive node of Ray: its id, name (raysub starts Ray with the Slurm node name), IP and GPUs."""
+
+    node_id: str
+    name: str
+    ip: str
+    gpus: int
+    head: bool = False
+
+
+def one_line(text: object, limit: int = 400) -> str:
+    """An error message on one line, cut at ``limit`` characters (Ray's run to pages)."""
+    words = " ".join(str(text).split())
+    return words if len(words) <= limit else words[: limit - 1] + "…"

@@ -120,17 +120,17 @@ FILES = (
     FileDoc(
         (f"{NODE_PYTHON_DIR}/raysub/",),
         "batch script",
-        "the node programs (`raysub/node/`: the unit counter, the monitor sidecar, the GPU preflight) and "
-        "the raysub modules they use, as they are in the raysub that rendered the job; the node scripts "
-        "run them with Ray's Python ([architecture.md](architecture.md))",
+        "the node programs (`raysub/job/programs/`: the unit counter, the monitor sidecar, the GPU "
+        "preflight) and the raysub modules they use, as they are in the raysub that rendered the job; the "
+        "node scripts run them with Ray's Python ([architecture.md](architecture.md))",
         "0700, files 0600",
         "every node runs them, the head at every driver restart",
     ),
     FileDoc(
         (f"{NODE_PYTHON_DIR}/{DRIVER_GATE_DIR}/sitecustomize.py",),
         "batch script",
-        "`raysub/node/driver_gate.py`, which holds an early driver's `ray.init` until the cluster is whole "
-        "([the early driver](#the-early-driver))",
+        "`raysub/job/programs/driver_gate.py`, which holds an early driver's `ray.init` until the cluster "
+        "is whole ([the early driver](#the-early-driver))",
         "0600",
         "the driver imports it",
     ),
@@ -270,7 +270,7 @@ FILES = (
         "every node's GPU preflight, before `ray start`",
         "one JSON line per check of the node's GPUs: each GPU's readings, score and processes, the findings "
         "and the verdict (`ok`, `warn`, `fail`); with a wait for busy GPUs, a line per check, the last one "
-        '`"final": true` (`raysub/node/preflight.py`)',
+        '`"final": true` (`raysub/job/programs/preflight.py`)',
         _LOG_MODE_DOC,
         "`raysub status`: shown only",
     ),

@@ -64,6 +64,11 @@ class MetricsFile:
             self.keep_every *= 2
 
 
+def metrics_file(log_dir: Path) -> MetricsFile:
+    """LOG_DIR's metrics.jsonl, for its writer (the monitor sidecar)."""
+    return MetricsFile(log_dir / protocol.METRICS, protocol.MONITOR_MAX_BYTES)
+
+
 @dataclass(frozen=True)
 class Snapshot:
     """One line of metrics.jsonl: when, every node's reading and endpoint, and the nodes that failed."""

@@ -1,5 +1,5 @@
-"""preflight.jsonl, the GPU preflight gate's record (raysub/node/preflight.py runs the gate): one line per
-check of a node's GPUs, appended in one write under an flock on the file itself, so lines from different
+"""preflight.jsonl, the GPU preflight gate's record (raysub/job/programs/preflight.py runs the gate): one line
+per check of a node's GPUs, appended in one write under an flock on the file itself, so lines from different
 nodes stay whole:
 
     {"t": <epoch s>, "node": <--node>, "check": <1, 2, ...>, "final": <the node's last check>,
@@ -161,6 +161,11 @@ class Check:
         return cls(
             t, str(record["node"]), check, bool(record["final"]), gpus, findings, str(record["verdict"])
         )
+
+
+def log_path(log_dir: Path) -> Path:
+    """LOG_DIR's preflight.jsonl."""
+    return log_dir / protocol.PREFLIGHT
 
 
 def append_check(path: Path, check: Check) -> None:

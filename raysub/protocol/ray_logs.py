@@ -1,6 +1,6 @@
 """LOG_DIR/ray-logs/, Ray's own logs kept after the node's Ray temp dir is gone.
 
-Each node, as it leaves (raysub/node/ray_logs.py, from the node script's clean-up), gzips its Ray
+Each node, as it leaves (raysub/job/programs/ray_logs.py, from the node script's clean-up), gzips its Ray
 session's ``logs`` directory (raylet.out, gcs_server.out, the workers' .out/.err, the dashboard's, ...)
 into ``ray-logs/<node>/``, one ``<name>.gz`` per file, the newest first, until ``--keep-ray-logs`` MiB
 of them (counted before compression) or its time is used up. A file that does not fit whole keeps its

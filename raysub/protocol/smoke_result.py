@@ -1,6 +1,7 @@
-"""smoke.json, the smoke test's result (raysub/node/smoke.py runs the test): one JSON object saying whether
-every check passed, what was asked of Ray, where each actor ran, what was wrong and how the all-reduce went.
-Written atomically once the test ends; the writer and the reader are side by side with the types they hold.
+"""smoke.json, the smoke test's result (raysub/job/programs/smoke.py runs the test): one JSON object saying
+whether every check passed, what was asked of Ray, where each actor ran, what was wrong and how the all-reduce
+went. Written atomically once the test ends; the writer and the reader are side by side with the types they
+hold.
 """
 
 from __future__ import annotations
@@ -12,17 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from raysub import protocol
-
-
-@dataclass(frozen=True)
-class Node:
-    """An alive node of Ray: its id, name (raysub starts Ray with the Slurm node name), IP and GPUs."""
-
-    node_id: str
-    name: str
-    ip: str
-    gpus: int
-    head: bool = False
+from raysub.protocol import Node, one_line
 
 
 @dataclass(frozen=True)
@@ -80,12 +71,6 @@ class SmokeResult:
             return ""
         more = f" (and {len(reasons) - 1} more problems)" if len(reasons) > 1 else ""
         return one_line(reasons[0]) + more
-
-
-def one_line(text: object, limit: int = 400) -> str:
-    """An error message on one line, cut at ``limit`` characters (Ray's run to pages)."""
-    words = " ".join(str(text).split())
-    return words if len(words) <= limit else words[: limit - 1] + "…"
 
 
 def result_path(log_dir: str | os.PathLike[str] | None) -> Path | None:

@@ -44,7 +44,7 @@ wait_node() {
   start_node "$P_WORKER_SCRIPT"
   sleep 0.6
   assert_equal "$(cat "$FAKE_RAY_LOG")" ""
-  # Ray's command line is already loaded (raysub/node/join.py), waiting for the address.
+  # Ray's command line is already loaded (raysub/job/programs/join.py), waiting for the address.
   run pgrep -f -- "join.py --address-file=/tmp/rb${SLURM_JOB_ID}/nodeA/${P_LOCAL_HEAD_ADDRESS}"
   assert_success
   printf '127.0.0.1:7379\n' >"${LOG_DIR}/${P_STARTED_RAY_HEAD}"
@@ -533,7 +533,7 @@ batch_script_ends_job() {
   local counter="" tenths=100
   while [[ -z $counter ]] && ((tenths-- > 0)); do
     sleep 0.1
-    counter=$(pgrep -f -- "raysub.node.units --log-dir=${LOG_DIR}") || true
+    counter=$(pgrep -f -- "raysub.job.programs.units --log-dir=${LOG_DIR}") || true
   done
   assert [ -n "$counter" ]
   wait_file "${LOG_DIR}/${P_STARTED_RAY_HEAD}" 10
@@ -661,7 +661,7 @@ SH
   assert_equal "$(cat "${LOG_DIR}/${P_ENDED}")" "driver exited with status 0"
   assert_output --partial "the driver's processes did not all stop within 3 s of TERM: killing them"
   assert_output --partial "the warning signal had reached run 0; run 1 starts without it"
-  # The clean-up of Ray (raysub/node/cleanup.py) cannot work with the fake Ray: a warning, and the restart.
+  # The clean-up of Ray (raysub/job/programs/cleanup.py) cannot work with the fake Ray: a warning, and the restart.
   assert_output --partial "warning: the clean-up before restart 1 exited with status 1"
   run grep -F "\"phase\": \"${P_PHASE_DRIVER_CLEANUP}\", \"node\": \"nodeA\", \"detail\": \"warning: " "${LOG_DIR}/${P_TIMELINE}"
   assert_success

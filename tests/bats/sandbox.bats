@@ -1,5 +1,5 @@
 #!/usr/bin/env bats
-# The sandbox's node script (templates/sandbox.sh.j2), run here: it is ready only once the sandbox
+# The sandbox's node script (raysub/job/templates/sandbox.sh.j2), run here: it is ready only once the sandbox
 # command's own process listens on its port, and it takes its port from the node's block of Ray's
 # ports unless --sandbox-port pins one.
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from raysub import protocol
-from raysub.render import PAYLOAD_LINE, node_library, render
+from raysub.job.render import PAYLOAD_LINE, node_library, render
 from raysub.spec import JobSpec, Sandbox
 from raysub.validate import extract
 from tests.conftest import RunCli

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from raysub import protocol
+from raysub.protocol.logdir import LogDir
 from raysub.status import Phase
 from tests.support.minicluster import MiniCluster
 from tests.support.raysub_jobs import assert_clean, job_report, submit, wait_for_output
@@ -34,7 +35,7 @@ def test_each_task_of_a_two_task_array_is_its_own_two_node_cluster(
     seen = {}
     for task, job_id in tasks.items():
         wait_for_output(minicluster, slurm_tmp, job_id, "cluster {")
-        logs = protocol.LogDir(slurm_tmp / f"{job_id}{protocol.LOG_DIR_SUFFIX}")
+        logs = LogDir(slurm_tmp / f"{job_id}{protocol.LOG_DIR_SUFFIX}")
         [line] = [line for line in logs.driver_log.read_text().splitlines() if line.startswith("cluster ")]
         said = json.loads(line.removeprefix("cluster "))
         assert said["task"] == task and len(said["nodes"]) == 2, said

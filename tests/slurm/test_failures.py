@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from raysub import protocol
-from raysub.protocol import LogDir, ray_logs
+from raysub.protocol import ray_logs
+from raysub.protocol.logdir import LogDir
 from tests.support.minicluster import MiniCluster
 from tests.support.raysub_jobs import assert_clean, job_report, run_job, submit, wait_for
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from raysub import protocol
+from raysub.protocol.logdir import LogDir
 from raysub.spec import CHECKPOINT_PLACEHOLDER
 from tests.support.minicluster import MiniCluster
 from tests.support.raysub_jobs import (
@@ -85,7 +86,7 @@ HANGING_DRIVER = textwrap.dedent(
 )
 
 
-def health(cluster: MiniCluster, logs: protocol.LogDir, *options: str) -> tuple[int, dict[str, object]]:
+def health(cluster: MiniCluster, logs: LogDir, *options: str) -> tuple[int, dict[str, object]]:
     done = cluster.run("raysub", "health", "--json", str(logs.path), *options, check=False)
     report: dict[str, object] = json.loads(done.stdout)
     return done.returncode, report
@@ -248,7 +249,7 @@ def test_watch_resubmits_a_job_that_lost_a_node_and_it_resumes(
     state = json.loads((slurm_tmp / "job.sub.watch.json").read_text())
     first, second = (entry["job_id"] for entry in state["history"])
     assert minicluster.job(int(first)).state == "FAILED"
-    logs = protocol.LogDir.of(slurm_tmp, second)
+    logs = LogDir.of(slurm_tmp, second)
     assert logs.driver_log.read_text() == f"resumed from {checkpoints / 'step_3'}\n", output
     # The job named node3 as failed: the next one asked for as many nodes, without it.
     assert state["excluded"] == ["node3"] and state["history"][0]["failed_nodes"] == ["node3"], output

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from raysub import protocol
-from raysub.protocol import LogDir, read_job_index
+from raysub.protocol.job_index import read_job_index
+from raysub.protocol.logdir import LogDir
 from tests.support.minicluster import MiniCluster
 from tests.support.raysub_jobs import assert_clean, job_report, wait_for
 

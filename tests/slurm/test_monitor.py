@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from raysub.protocol import LogDir
+from raysub.protocol.logdir import LogDir
 from raysub.report import PALETTE
 from tests.support.chromium import pixels_of, render_page
 from tests.support.minicluster import MiniCluster

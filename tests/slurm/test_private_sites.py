@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from raysub import protocol
-from raysub.protocol import LogDir, file_table
+from raysub.protocol import file_table
+from raysub.protocol.logdir import LogDir
 from tests.support import users
 from tests.support.minicluster import MiniCluster
 from tests.support.raysub_jobs import assert_clean
@@ -275,7 +276,9 @@ def swap_log_dir(
     sh = f"id -u >>{mark}\n"
     plant = {
         **{f"{protocol.NODE_PYTHON_DIR}/raysub/{name}": py for name in ("__init__.py", "node/__init__.py")},
-        **{f"{protocol.NODE_PYTHON_DIR}/raysub/node/{p.name}": py for p in NODE_PROGRAMS.glob("*.py")},
+        **{
+            f"{protocol.NODE_PYTHON_DIR}/raysub/job/programs/{p.name}": py for p in NODE_PROGRAMS.glob("*.py")
+        },
         **{f"{protocol.NODE_PYTHON_DIR}/driver_gate/sitecustomize.py": py},
         **{name: sh for name in SCRIPTS},
     }

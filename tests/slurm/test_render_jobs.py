@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from raysub import protocol
-from raysub.protocol import LogDir, ray_logs
+from raysub.protocol import ray_logs
+from raysub.protocol.logdir import LogDir
 from raysub.spec import SANDBOX_FIXED_PORT
 from tests.support.minicluster import MiniCluster
 from tests.support.raysub_jobs import assert_clean, batch_output, job_report, run_job, submit

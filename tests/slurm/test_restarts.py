@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from raysub import protocol
-from raysub.protocol import LogDir
+from raysub.protocol.logdir import LogDir
 from tests.support.minicluster import MiniCluster
 from tests.support.raysub_jobs import assert_clean, job_report, run_job, submit, wait_for
 

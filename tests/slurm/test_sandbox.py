@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from raysub import protocol
+from raysub.protocol.logdir import LogDir
 from tests.support.minicluster import MiniCluster
 from tests.support.raysub_jobs import assert_clean, driver, job_report, submit
 
@@ -35,7 +36,7 @@ print("sandbox", json.dumps({"port": port, "job": page}), flush=True)
 """
 
 
-def answered(logs: protocol.LogDir) -> dict[str, object]:
+def answered(logs: LogDir) -> dict[str, object]:
     [line] = [line for line in logs.driver_log.read_text().splitlines() if line.startswith("sandbox ")]
     result: dict[str, object] = json.loads(line.removeprefix("sandbox "))
     return result

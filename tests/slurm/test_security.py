@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from raysub.protocol import LOG_DIR_SUFFIX, NODE_PYTHON_DIR, LogDir
+from raysub.protocol import LOG_DIR_SUFFIX, NODE_PYTHON_DIR
+from raysub.protocol.logdir import LogDir
 from raysub.spec import JobSpec, Ports
 from tests.support.minicluster import MiniCluster
 from tests.support.raysub_jobs import assert_clean, job_report, submit, wait_for

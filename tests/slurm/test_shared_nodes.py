@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from raysub import protocol
+from raysub.protocol.logdir import LogDir
 from tests.support.minicluster import MiniCluster
 from tests.support.raysub_jobs import assert_clean, driver, job_report, submit, wait_for_output
 
@@ -49,13 +50,13 @@ print("tasks ran on every node", flush=True)
 """
 
 
-def said(logs: protocol.LogDir, word: str) -> dict[str, object]:
+def said(logs: LogDir, word: str) -> dict[str, object]:
     [line] = [line for line in logs.driver_log.read_text().splitlines() if line.startswith(f"{word} ")]
     result: dict[str, object] = json.loads(line.removeprefix(f"{word} "))
     return result
 
 
-def port_blocks(logs: protocol.LogDir) -> dict[str, set[str]]:
+def port_blocks(logs: LogDir) -> dict[str, set[str]]:
     """The blocks of ports each node took (a node's retry may take another)."""
     blocks: dict[str, set[str]] = {}
     for entry in logs.timeline():
@@ -71,10 +72,10 @@ def state(cluster: MiniCluster, job_id: int) -> str:
 def test_two_jobs_on_the_same_two_nodes_each_reach_only_their_own_cluster(
     minicluster: MiniCluster, slurm_tmp: Path
 ) -> None:
-    jobs: dict[str, tuple[int, protocol.LogDir]] = {}
+    jobs: dict[str, tuple[int, LogDir]] = {}
     nodes = ""
 
-    def start(name: str, *sbatch: str) -> tuple[int, protocol.LogDir]:
+    def start(name: str, *sbatch: str) -> tuple[int, LogDir]:
         workdir = slurm_tmp / name
         workdir.mkdir(mode=0o755)
         render = ["--nodes", "2", "--gpus-per-node", "0", "--no-exclusive", "--"]

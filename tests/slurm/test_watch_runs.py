@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from raysub import protocol
+from raysub.protocol.logdir import LogDir
 from tests.support.minicluster import MiniCluster
 from tests.support.raysub_jobs import assert_clean, wait_for
 
@@ -127,7 +127,7 @@ def test_a_watched_job_slurm_requeues_resumes_from_the_newest_checkpoint(
         # Slurm holds a requeued job back for its credential lifetime (20 min by default in 22.05): let it
         # start again now, as an administrator would, once it is pending again.
         deadline = time.monotonic() + 120
-        requeued = protocol.LogDir.of(slurm_tmp, job_id, restart_count=1)
+        requeued = LogDir.of(slurm_tmp, job_id, restart_count=1)
         while not requeued.path.exists():
             assert time.monotonic() < deadline, "the requeued job did not start again"
             minicluster.run("scontrol", "update", f"JobId={job_id}", "StartTime=now", check=False)
@@ -235,7 +235,7 @@ def test_an_sbatch_that_queues_the_job_then_hangs_leaves_exactly_one_job_watched
     queued = minicluster.run("squeue", "-h", "--states=all", "--name", name, "--format=%i").stdout.split()
     assert len(queued) == 1 and job_ids(script) == [int(queued[0])], output
     assert "sbatch queued it" in output
-    assert protocol.LogDir.of(slurm_tmp, queued[0]).driver_log.read_text() == "trained\n"
+    assert LogDir.of(slurm_tmp, queued[0]).driver_log.read_text() == "trained\n"
 
 
 # Catches the warning signal, saves step_7 and exits 0, as a trainer that checkpoints before its time
@@ -274,6 +274,6 @@ def test_a_driver_that_saves_on_the_warning_signal_and_exits_0_is_resubmitted_an
     assert watch.returncode == 0, output
     _, second = job_ids(script)
     assert [entry["outcome"] for entry in history(script)] == ["INTERRUPTED", "COMPLETED"], output
-    logs = protocol.LogDir.of(slurm_tmp, second)
+    logs = LogDir.of(slurm_tmp, second)
     assert logs.driver_log.read_text() == f"resumed from {checkpoints / 'step_7'}\n", output
     assert_clean(minicluster, second)

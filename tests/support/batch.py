@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from raysub import protocol
-from raysub.render import render
+from raysub.job.render import render
+from raysub.protocol.logdir import LogDir
 from raysub.spec import JobSpec
 from tests.support.prereq import REPO
 
@@ -35,7 +35,7 @@ class Step:
 @dataclass(frozen=True)
 class BatchRun:
     done: subprocess.CompletedProcess[str]
-    log_dir: protocol.LogDir
+    log_dir: LogDir
     steps: dict[str, Step]  # by script name
 
 
@@ -97,6 +97,6 @@ def run_batch_script(
     srun_dir.mkdir()
     done = run(["bash", str(job)], {**environment(spec, job_id, srun_dir, restart), **env}, submit)
     assert done.returncode == 1, done.stderr[-2000:]
-    log_dir = protocol.LogDir.of(submit / (spec.log_dir or ""), job_id, restart)
+    log_dir = LogDir.of(submit / (spec.log_dir or ""), job_id, restart)
     assert log_dir.ended.read_text().startswith(("head step", "workers step", "sandbox step")), done.stderr
     return BatchRun(done, log_dir, {step.script: step for step in recorded_steps(srun_dir)})

@@ -4,7 +4,7 @@ import time
 from pathlib import Path
 
 from raysub import protocol
-from raysub.protocol import LogDir
+from raysub.protocol.logdir import LogDir
 from raysub.spec import JobSpec
 from tests.support.minicluster import JobResult, MiniCluster
 

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from raysub import protocol
+from raysub.protocol.job_index import job_index_path
 
 
 @pytest.fixture(autouse=True)
@@ -12,4 +12,4 @@ def job_index(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Monk
     """This test's (empty) job index; the path ``raysub`` commands read and write."""
     state = tmp_path_factory.mktemp("state")
     monkeypatch.setenv("XDG_STATE_HOME", str(state))
-    return protocol.job_index_path()
+    return job_index_path()

@@ -1,5 +1,5 @@
-"""raysub.protocol.checkpoints: each layout's newest complete checkpoint, the one still being written skipped,
-and the program the nodes run (python -m raysub.node.checkpoints)."""
+"""raysub.job.lib.checkpoints: each layout's newest complete checkpoint, the one still being written skipped,
+and the program the nodes run (python -m raysub.job.programs.checkpoints)."""
 
 import copy
 import json
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from raysub.node.checkpoints import main
-from raysub.protocol.checkpoints import AmbiguousCheckpoints, Checkpoint, latest_checkpoint
+from raysub.job.lib.checkpoints import AmbiguousCheckpoints, Checkpoint, latest_checkpoint
+from raysub.job.programs.checkpoints import main
 
 REPO = Path(__file__).parents[2]
 
@@ -287,7 +287,7 @@ def test_the_program_runs_as_a_module(tmp_path: Path) -> None:
     (tmp_path / "latest_checkpointed_iteration.txt").write_text("10")
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
-        command = [sys.executable, "-m", "raysub.node.checkpoints", *args]
+        command = [sys.executable, "-m", "raysub.job.programs.checkpoints", *args]
         env = {**os.environ, "PYTHONPATH": str(REPO)}
         return subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, check=False)
 

@@ -1,6 +1,6 @@
-"""The clean-up before a driver restart (raysub/node/cleanup.py): which Ray jobs are the previous run's, its
-rounds against a fake cluster (what it kills, what it waits for, what it gives up on), the task each node
-runs (on this machine, with the fake nvidia-smi), and one whole clean-up of a real Ray that a killed
+"""The clean-up before a driver restart (raysub/job/programs/cleanup.py): which Ray jobs are the previous
+run's, its rounds against a fake cluster (what it kills, what it waits for, what it gives up on), the task
+each node runs (on this machine, with the fake nvidia-smi), and one whole clean-up of a real Ray that a killed
 driver left a named and an unnamed detached actor, a detached placement group and a GPU process in."""
 
 from __future__ import annotations
@@ -20,10 +20,12 @@ from pathlib import Path
 
 import pytest
 
-from raysub.node import cleanup, preflight
-from raysub.node.cleanup import Actor, Cleanup, Group, Job, NodeAnswer, Outcome, Worker
+from raysub.job.lib import gpus as smi
+from raysub.job.manifest import timing_args
+from raysub.job.programs import cleanup
+from raysub.job.programs.cleanup import Actor, Cleanup, Group, Job, NodeAnswer, Outcome, Worker
+from raysub.protocol import Node
 from raysub.protocol.preflight_log import Process
-from raysub.protocol.smoke_result import Node
 from raysub.spec import JobSpec
 from tests.support.prereq import REPO
 
@@ -91,7 +93,7 @@ def test_the_jobs_workers_are_those_that_ran_their_actors_and_tasks() -> None:
 
 
 def answer(fixture: str, status: int = 0, killed: tuple[int, ...] = ()) -> NodeAnswer:
-    return NodeAnswer(list(killed), preflight.Answer(status, (FIXTURES / fixture).read_text()))
+    return NodeAnswer(list(killed), smi.Answer(status, (FIXTURES / fixture).read_text()))
 
 
 def test_only_the_jobs_workers_count_among_the_gpu_processes() -> None:
@@ -111,7 +113,7 @@ def test_only_the_jobs_workers_count_among_the_gpu_processes() -> None:
 
 def test_an_answer_of_the_node_task_becomes_the_preflights_answer() -> None:
     assert cleanup.node_answer([5], None, "", 10) == NodeAnswer([5], None)
-    assert cleanup.node_answer([], 0, "x", 10) == NodeAnswer([], preflight.Answer(0, "x", 10))
+    assert cleanup.node_answer([], 0, "x", 10) == NodeAnswer([], smi.Answer(0, "x", 10))
     timed_out = cleanup.node_answer([], -1, "", 10)
     assert timed_out.gpu is not None and timed_out.gpu.failure() == "nvidia-smi did not answer within 10 s"
 
@@ -183,11 +185,11 @@ class FakeCluster:
             on_gpu = self.on_gpu.get(node)
             if on_gpu is not None and (node, on_gpu) in self.alive:
                 apps += f"{on_gpu}, /usr/bin/python3, 30000 MiB, GPU-6a1f0c2e-3b4d-4e5f-8a9b-0c1d2e3f4a53\n"
-            answers[node] = NodeAnswer(killed, preflight.Answer(0, apps))
+            answers[node] = NodeAnswer(killed, smi.Answer(0, apps))
         return answers
 
 
-TIMING = JobSpec(nodes=2).timing.program_args("cleanup")
+TIMING = timing_args(JobSpec(nodes=2).timing, "cleanup")
 
 
 def quick(timeout: float) -> cleanup.Pace:
@@ -303,15 +305,15 @@ def test_the_node_task_kills_only_ray_workers_of_this_user_then_asks_nvidia_smi(
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
     try:
         killed, status, output = cleanup.on_node(
-            [worker.pid, bystander.pid, 2**22 + 1], list(preflight.APPS_QUERY), 10
+            [worker.pid, bystander.pid, 2**22 + 1], list(smi.APPS_QUERY), 10
         )
         assert killed == [worker.pid]
         assert worker.wait(timeout=5) == -signal.SIGKILL
         assert bystander.poll() is None
         assert status == 0
-        assert [p.pid for p in preflight.parse_processes(output)] == [worker.pid]
+        assert [p.pid for p in smi.parse_processes(output)] == [worker.pid]
         monkeypatch.setenv("PATH", "/nonexistent")
-        assert cleanup.on_node([], list(preflight.APPS_QUERY), 10) == ([], None, "")
+        assert cleanup.on_node([], list(smi.APPS_QUERY), 10) == ([], None, "")
     finally:
         worker.kill()
         bystander.kill()
@@ -325,11 +327,11 @@ LOAD_AND_RUN = """
 import pickle, sys
 sys.path.append(sys.argv[1])
 try:
-    import raysub.node
+    import raysub.job.programs
 except ImportError:
     pass
 else:
-    sys.exit("raysub.node is importable here")
+    sys.exit("raysub.job.programs is importable here")
 task = pickle.loads(sys.stdin.buffer.read())
 print(repr(task([], sys.argv[2:], 1.0)))
 """
@@ -357,7 +359,7 @@ def test_the_node_task_travels_without_raysub_and_abandons_a_hung_nvidia_smi(
     env |= {"PATH": f"{bin_dir}:{env['PATH']}", "FAKE_NVIDIA_SMI_DIR": str(scenarios)}
     site_packages = str(Path(ray.__file__).parents[1])
     done = subprocess.run(
-        [sys.executable, "-S", "-c", LOAD_AND_RUN, site_packages, *preflight.APPS_QUERY],
+        [sys.executable, "-S", "-c", LOAD_AND_RUN, site_packages, *smi.APPS_QUERY],
         input=task, capture_output=True, cwd=tmp_path, env=env, timeout=120, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr.decode()
@@ -514,7 +516,7 @@ def test_a_real_ray_is_left_with_nothing_of_a_killed_driver(ray_head: RayHead, t
         f"app {pids['keeper']}, /usr/bin/python3, 30000, GPU-00000000-0000-4000-8000-000000000000\n"
     )
     env = {**ray_head.env, "PYTHONPATH": str(REPO)}
-    command = [sys.executable, "-m", "raysub.node.cleanup", f"--since={since}", *TIMING]
+    command = [sys.executable, "-m", "raysub.job.programs.cleanup", f"--since={since}", *TIMING]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=150, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     said = done.stdout.strip()

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from raysub import jobs, protocol
+from raysub import jobs
 from raysub.profiles import profile_names
+from raysub.protocol.job_index import IndexEntry, append_job_index, job_index_path
 from tests.conftest import RunCli
 
 RAYSUB = Path(sys.executable).parent / "raysub"
@@ -27,9 +28,9 @@ def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     elsewhere = tmp_path / "other" / "4700-logs"
     elsewhere.mkdir(parents=True)
     state = tmp_path / "state"
-    index = protocol.job_index_path({"XDG_STATE_HOME": str(state)})
-    protocol.append_job_index(index, protocol.IndexEntry("4600", 0, tmp_path / "gone" / "4600-logs", 50))
-    protocol.append_job_index(index, protocol.IndexEntry("4700", 0, elsewhere, 60))
+    index = job_index_path({"XDG_STATE_HOME": str(state)})
+    append_job_index(index, IndexEntry("4600", 0, tmp_path / "gone" / "4600-logs", 50))
+    append_job_index(index, IndexEntry("4700", 0, elsewhere, 60))
     monkeypatch.setenv("XDG_STATE_HOME", str(state))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     monkeypatch.chdir(submit)

@@ -11,8 +11,8 @@ import pytest
 
 from raysub import protocol
 from raysub.attach import command as attach_command
+from raysub.job.render import render
 from raysub.jobs import Job
-from raysub.render import render
 from raysub.spec import JobSpec, Sandbox, SandboxNodes
 from tests.support.batch import BatchRun, Step, environment, job_spec, recorded_steps, run, run_batch_script
 

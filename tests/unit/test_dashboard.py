@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from raysub import protocol, submit
-from raysub.render import render
+from raysub.job.render import render
 from raysub.spec import JobSpec
 from raysub.status import Phase
 from tests.conftest import RunCli

@@ -26,7 +26,7 @@ def generate() -> str:
     parts = [
         "# Command reference\n\n",
         "Generated from `raysub --help` by tests/unit/test_docs.py; edit the help texts in raysub/cli/ "
-        "(raysub smoke's in raysub/node/smoke.py).\n",
+        "(raysub smoke's in raysub/job/programs/smoke.py).\n",
     ]
     assert isinstance(cli, click.Group)
     for args in [[], *([name] for name in sorted(cli.commands))]:
@@ -148,7 +148,7 @@ def test_every_file_of_log_dir_is_in_the_table() -> None:
 
 
 def test_architecture_states_the_script_sizes_as_measured() -> None:
-    from raysub.render import PAYLOAD_LINE, render
+    from raysub.job.render import PAYLOAD_LINE, render
     from tests.unit.test_payload import BIGGEST, PLAIN
 
     rows = []

@@ -1,5 +1,5 @@
-"""The early driver's gate (raysub/node/driver_gate.py), loaded as the job loads it: as sitecustomize from
-its own directory first on PYTHONPATH, into a Python whose ``ray`` is a stand-in that notes its calls."""
+"""The early driver's gate (raysub/job/programs/driver_gate.py), loaded as the job loads it: as sitecustomize
+from its own directory first on PYTHONPATH, into a Python whose ``ray`` is a stand-in that notes its calls."""
 
 import os
 import subprocess
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from raysub import protocol
-from raysub.node import driver_gate
-from raysub.render import node_library
+from raysub.job.programs import driver_gate
+from raysub.job.render import node_library
 from raysub.spec import JobSpec, Sandbox, runs_python_with_site
 
 GATE = dict(node_library())[f"{protocol.NODE_PYTHON_DIR}/{protocol.DRIVER_GATE_DIR}/sitecustomize.py"]

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from raysub import protocol
-from raysub.protocol import LogDir, NodeEntry, preflight_log
+from raysub.protocol import preflight_log
+from raysub.protocol.logdir import LogDir, NodeEntry
 from raysub.protocol.preflight_log import Check
 from tests.support.batch import NODES, job_spec, run_batch_script
 

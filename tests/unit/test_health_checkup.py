@@ -16,6 +16,7 @@ from raysub import protocol
 from raysub.health.checkup import Finding, Options, Severity, StallCheck, Verdict, check, stall_check
 from raysub.health.stall import CARRY_MAX, DriverTail, median_step_time, step_times
 from raysub.jobs import Job
+from raysub.protocol.logdir import LogDir, NodeEntry, ProgressSeen
 from raysub.protocol.metrics_log import snapshot_line
 from raysub.protocol.readings import GpuMetrics, NodeMetrics
 from raysub.slurm import SlurmState
@@ -35,12 +36,12 @@ SOCKET_WORKER = (
 
 
 def running_job(tmp_path: Path, driver_log: str = STEPS, started: float = NOW - 3600) -> Job:
-    logs = protocol.LogDir(tmp_path / "4711-logs")
+    logs = LogDir(tmp_path / "4711-logs")
     logs.path.mkdir()
     logs.write_node_map(
         [
-            protocol.NodeEntry(protocol.ROLE_HEAD, 0, "node1"),
-            protocol.NodeEntry(protocol.ROLE_WORKER, 0, "node2"),
+            NodeEntry(protocol.ROLE_HEAD, 0, "node1"),
+            NodeEntry(protocol.ROLE_WORKER, 0, "node2"),
         ]
     )
     logs.file(protocol.DRIVER_STARTED).write_text("10.0.0.1:6379\n")
@@ -229,16 +230,16 @@ def test_step_times_come_from_the_steps_seen_over_time() -> None:
 
 
 def test_the_progress_memory_keeps_the_last_step_changes_and_reads_the_old_format(tmp_path: Path) -> None:
-    logs = protocol.LogDir(tmp_path)
+    logs = LogDir(tmp_path)
     memory = logs.file(protocol.HEALTH_PROGRESS)
     memory.write_text('{"step": 7, "since": 1800000000.5}\n')  # as raysub health wrote it before
-    assert logs.progress_seen() == protocol.ProgressSeen(7, 1800000000.5, ())
+    assert logs.progress_seen() == ProgressSeen(7, 1800000000.5, ())
     steps = tuple((step, NOW + step) for step in range(100))
-    logs.write_progress_seen(protocol.ProgressSeen(99, NOW + 99, steps))
-    assert logs.progress_seen() == protocol.ProgressSeen(99, NOW + 99, steps[-protocol.PROGRESS_HISTORY :])
+    logs.write_progress_seen(ProgressSeen(99, NOW + 99, steps))
+    assert logs.progress_seen() == ProgressSeen(99, NOW + 99, steps[-protocol.PROGRESS_HISTORY :])
     assert len(memory.read_text()) < 2000
     memory.write_text('{"step": true, "since": 1, "steps": [[1, 2], ["x", 3], [4], 5, [6, null]]}')
-    assert logs.progress_seen() == protocol.ProgressSeen(None, 1.0, ((1, 2.0),))
+    assert logs.progress_seen() == ProgressSeen(None, 1.0, ((1, 2.0),))
     memory.write_text("[1, 2]")
     assert logs.progress_seen() is None
 
@@ -280,7 +281,7 @@ def test_a_restarted_driver_s_log_is_read_afresh(tmp_path: Path) -> None:
     append(job, "(TaskRunner pid=99) loading checkpoint from global_step_5\n", NOW + 60, restart)
     assert checker(job, now=NOW + 60) is None
     assert (tail.path, latest_step(tail)) == (restart, None)
-    assert job.logs.progress_seen() == protocol.ProgressSeen(None, NOW + 60, ((7, NOW - 10),))
+    assert job.logs.progress_seen() == ProgressSeen(None, NOW + 60, ((7, NOW - 10),))
     append(job, verl_step(6), NOW + 120, restart)
     assert checker(job, now=NOW + 120) is None
     assert latest_step(tail) == 6

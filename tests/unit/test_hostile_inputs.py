@@ -22,7 +22,8 @@ from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
 from raysub import protocol
-from raysub.render import environment, render
+from raysub.job.render import environment, render
+from raysub.protocol.logdir import LogDir
 from raysub.spec import JobSpec
 from tests.support.batch import FAKES, read_env
 
@@ -104,7 +105,7 @@ def check_job(args: list[str], env: dict[str, str], setup: str, name: str, image
         }
         assert run(["bash", "-n", str(job)], tmp, batch_env).returncode == 0
         batch = run(["bash", str(job)], tmp, batch_env)
-        log_dir = protocol.LogDir.of(base, JOB_ID)
+        log_dir = LogDir.of(base, JOB_ID)
         if image and re.search("[,:]", logs):  # pyxis could not mount LOG_DIR: refused before any step
             assert b"which pyxis --container-mounts cannot take" in batch.stderr
             assert (batch.returncode, list(srun_dir.iterdir())) == (1, [])

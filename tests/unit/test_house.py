@@ -1,11 +1,11 @@
 """The house drawn from raysub's imports (docs/architecture.md): arrows point down, never up.
 
 Floors, top to bottom: the command line (raysub.cli); the submit host's library (every other module outside
-node/ and protocol/); the node programs (raysub.node), which run on the nodes and which the submit host only
-ships, never imports; and, below both, raysub.protocol: LOG_DIR's names and formats and the readers of Ray's
-own, which imports nothing of raysub above it. Each LOG_DIR format is read and written in its one module of
-raysub.protocol; elsewhere a format's file name is only ever shown (in a message or a help text), and only
-raysub.protocol parses JSON. A default is written once.
+node/ and protocol/); the node programs (raysub.job.programs), which run on the nodes and which the submit
+host only ships, never imports; and, below both, raysub.protocol: LOG_DIR's names and formats and the readers
+of Ray's own, which imports nothing of raysub above it. Each LOG_DIR format is read and written in its one
+module of raysub.protocol; elsewhere a format's file name is only ever shown (in a message or a help text),
+and only raysub.protocol parses JSON. A default is written once.
 """
 
 import ast
@@ -34,16 +34,19 @@ FORMATS = {
 }
 # JSON that is not a LOG_DIR format: what raysub watch keeps about its own submissions, in its state
 # directory.
-OWN_JSON = {"raysub.watch"}
+OWN_JSON = {"raysub.watch", "raysub.job.lib.checkpoints"}
 
 
 def floor(module: str) -> int:
-    """0 for raysub.protocol, 1 for the node programs and the library, 2 for the command line."""
+    """0 for raysub.protocol, 1 for what the node programs share (raysub.job.lib), 2 for the node programs
+    and the library, 3 for the command line."""
     if module == "raysub" or module.startswith("raysub.protocol"):
         return 0
+    if module == "raysub.job" or module.startswith("raysub.job.lib"):
+        return 1
     if module in ("raysub.cli", "raysub.__main__") or module.startswith("raysub.cli."):
-        return 2
-    return 1
+        return 3
+    return 2
 
 
 def imports(module: str) -> Iterator[str]:
@@ -75,16 +78,20 @@ def test_no_import_points_up(module: str) -> None:
             )
 
 
-@pytest.mark.parametrize("module", sorted(m for m in MODULES if not m.startswith("raysub.node")))
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if not m.startswith("raysub.job.programs")))
 def test_nothing_outside_node_imports_a_node_program(module: str) -> None:
-    programs = [imported for imported in imports(module) if imported.startswith("raysub.node")]
+    programs = [imported for imported in imports(module) if imported.startswith("raysub.job.programs")]
     assert not programs, f"{module} imports the node program(s) {programs}: ship or run it, never import it"
 
 
-@pytest.mark.parametrize("module", sorted(m for m in MODULES if m.startswith("raysub.node")))
-def test_a_node_program_imports_only_the_programs_and_the_protocol(module: str) -> None:
+@pytest.mark.parametrize(
+    "module", sorted(m for m in MODULES if m.startswith(("raysub.job.programs", "raysub.job.lib")))
+)
+def test_a_node_program_imports_no_other_only_what_they_share_and_the_protocol(module: str) -> None:
     for imported in imports(module):
-        assert imported.startswith(("raysub.node", "raysub.protocol")) or imported == "raysub", imported
+        if imported in ("raysub", "raysub.job", "raysub.job.programs", "raysub.job.lib"):
+            continue  # the packages' own __init__, which import nothing
+        assert imported.startswith(("raysub.job.lib.", "raysub.protocol")), f"{module} imports {imported}"
 
 
 def shown_only(tree: ast.AST) -> set[int]:
@@ -147,7 +154,7 @@ def test_the_job_specs_defaults_are_not_written_again_in_a_node_program() -> Non
         value for module, name, value in literal_defaults() if module == "raysub.spec" and not name.isupper()
     }
     for module, path in MODULES.items():
-        if not module.startswith("raysub.node"):
+        if not module.startswith("raysub.job.programs"):
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if (

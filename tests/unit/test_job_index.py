@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from raysub import protocol
-from raysub.protocol import IndexEntry, append_job_index, job_index_path, read_job_index
+from raysub.protocol.job_index import IndexEntry, append_job_index, job_index_path, read_job_index
 from tests.support import batch
 
 FAKES = batch.FAKES
@@ -69,7 +69,7 @@ def test_index_path_follows_xdg_state_home_then_home() -> None:
     assert job_index_path({}) == Path(home, protocol.STATE_HOME_DEFAULT) / tail
 
 
-# ---- the batch script's writer (templates/ray.sub.j2), run here with fake srun and scontrol ----
+# ---- the batch script's writer (raysub/job/templates/ray.sub.j2), run here with fake srun and scontrol ----
 
 
 def run_batch_script(

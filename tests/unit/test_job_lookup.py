@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from raysub import protocol
-from raysub.protocol import IndexEntry, append_job_index
+from raysub.protocol.job_index import IndexEntry, append_job_index, read_job_index
 from raysub.slurm import JobRecord, SlurmState
 from tests.conftest import RunCli
 from tests.unit.test_operator_cli import write_attempt
@@ -171,7 +171,7 @@ def test_garbled_and_partial_index_lines_are_skipped(
         f.write(b"\x00\xff garbage\n4711\tnot a number\t" + bytes(decoy) + b"\t5\n\n4711\n")
         f.write(b"4711\t0\t" + bytes(decoy) + b"\t17")  # a line still being written
     assert status_of(raysub_cli, "4711")["log_dir"] == str(good)
-    assert [e.log_dir for e in protocol.read_job_index(job_index)] == [good]
+    assert [e.log_dir for e in read_job_index(job_index)] == [good]
 
 
 def test_found_through_scontrol_then_sacct(

@@ -8,7 +8,7 @@ import pytest
 
 from raysub import protocol
 from raysub.jobs import Job
-from raysub.protocol import LogDir
+from raysub.protocol.logdir import LogDir
 from raysub.slurm import SlurmState
 from raysub.status import SLURM_MIN_INTERVAL, JobPoll
 from tests.conftest import RunCli

@@ -1,4 +1,5 @@
-"""raysub/node/join.py: a worker's `ray start`, loaded before the head is up and started with its address."""
+"""raysub/job/programs/join.py: a worker's `ray start`, loaded before the head is up and started with its
+address."""
 
 import os
 import signal
@@ -11,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from raysub.node import join
+from raysub.job.lib import waits
+from raysub.job.manifest import timing_args
+from raysub.job.programs import join
 from raysub.protocol import write_atomic
 from raysub.spec import JobSpec
 
@@ -22,7 +25,7 @@ def joiner_argv(address_file: Path, *ray_args: str) -> list[str]:
     return [
         "--address-file",
         str(address_file),
-        *JobSpec(nodes=2).timing.program_args("join"),
+        *timing_args(JobSpec(nodes=2).timing, "join"),
         "--",
         *ray_args,
     ]
@@ -90,7 +93,7 @@ def test_a_session_linux_will_not_give_back_its_share_starts_no_ray(
 ) -> None:
     address_file = tmp_path / "raysub_head_address"
     write_atomic(address_file, "10.0.0.1:6379\n")
-    background = join.Background(tmp_path / "autogroup")
+    background = waits.Background(tmp_path / "autogroup")
     background.niced = True  # as if lowered; the file is not there to set it back
     monkeypatch.setattr(background, "lower", lambda: None)  # this test's process keeps its session
     called: list[bool] = []
@@ -115,9 +118,9 @@ def test_setting_a_sessions_nice_waits_out_linuxs_rate_limit(
         return write(fd, data)
 
     monkeypatch.setattr(os, "write", rate_limited)
-    assert join.set_session_nice(0, autogroup)
+    assert waits.set_session_nice(0, autogroup)
     assert autogroup.read_text() == "0"
-    assert not join.set_session_nice(0, tmp_path / "none")  # no autogroups here
+    assert not waits.set_session_nice(0, tmp_path / "none")  # no autogroups here
 
 
 def autogroup_nice(pid: int) -> int:
@@ -149,7 +152,7 @@ def test_ray_loads_with_the_least_cpu_and_starts_with_the_usual_share(tmp_path: 
             assert os.getsid(joiner.pid) == joiner.pid
             assert autogroup_nice(joiner.pid) == 19
             write_atomic(address_file, "10.0.0.1:6379\n")
-            os.kill(joiner.pid, join.WAKE)
+            os.kill(joiner.pid, waits.WAKE)
             assert joiner.wait(timeout=20) == 0
         finally:
             joiner.kill()
@@ -162,7 +165,7 @@ def test_ray_loads_with_the_least_cpu_and_starts_with_the_usual_share(tmp_path: 
 def test_an_empty_address_starts_nothing(tmp_path: Path, content: str) -> None:
     address_file = tmp_path / "raysub_head_address"
     address_file.write_text(content)
-    assert join.wait_address(address_file, os.getppid(), LOOK) is None
+    assert waits.wait_address(address_file, os.getppid(), LOOK) is None
 
 
 def test_the_worker_scripts_sigcont_wakes_it_at_once(tmp_path: Path) -> None:
@@ -171,18 +174,18 @@ def test_the_worker_scripts_sigcont_wakes_it_at_once(tmp_path: Path) -> None:
 
     def arrive() -> None:
         write_atomic(address_file, "10.0.0.1:6379\n")
-        signal.pthread_kill(waiting, join.WAKE)
+        signal.pthread_kill(waiting, waits.WAKE)
 
     timer = threading.Timer(0.2, arrive)
     timer.start()
     started = time.monotonic()
     try:
-        assert join.wait_address(address_file, os.getppid(), look=30) == "10.0.0.1:6379"
+        assert waits.wait_address(address_file, os.getppid(), look=30) == "10.0.0.1:6379"
     finally:
         timer.join()
     assert time.monotonic() - started < 20  # woken by the signal, not by the next look 30 s on
     # Afterwards the signal is no longer blocked: Ray's processes would inherit the mask.
-    assert join.WAKE not in signal.pthread_sigmask(signal.SIG_BLOCK, set())
+    assert waits.WAKE not in signal.pthread_sigmask(signal.SIG_BLOCK, set())
 
 
 @pytest.mark.parametrize("mode", [0o620, 0o602])
@@ -191,6 +194,6 @@ def test_an_address_file_others_could_have_written_is_refused(tmp_path: Path, mo
     address.write_text("10.6.6.6:6379\n")
     address.chmod(mode)
     with pytest.raises(PermissionError, match=f"refusing {address}"):
-        join.wait_address(address, os.getppid(), LOOK)
+        waits.wait_address(address, os.getppid(), LOOK)
     address.chmod(0o600)
-    assert join.wait_address(address, os.getppid(), LOOK) == "10.6.6.6:6379"
+    assert waits.wait_address(address, os.getppid(), LOOK) == "10.6.6.6:6379"

@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 
 from raysub import protocol, submit
+from raysub.job.render import render
 from raysub.log_base import swappable
-from raysub.render import render
+from raysub.protocol.logdir import LogDir
 from tests.support import batch
 
 JOB_ID = "4242"
@@ -64,7 +65,7 @@ def run_job(
 def started(done: subprocess.CompletedProcess[str], base: Path) -> bool:
     """The job made its LOG_DIR under ``base`` and got as far as starting its steps (and the submit host
     finds the base safe too)."""
-    logs = protocol.LogDir.of(base, JOB_ID)
+    logs = LogDir.of(base, JOB_ID)
     return REFUSED not in done.stderr and logs.ended.exists() and swappable(base) is None
 
 
@@ -131,7 +132,7 @@ def test_a_link_is_judged_by_where_it_stands_and_where_it_leads(site: Path, tmp_
     (project / "to-safe").symlink_to(safe)
     done = run_job(safe, tmp_path, log_dir=str(project / "to-safe"))
     assert refused(done, project / "to-safe", why)
-    assert not protocol.LogDir.of(safe, JOB_ID).path.exists()
+    assert not LogDir.of(safe, JOB_ID).path.exists()
 
 
 def test_private_log_dir_takes_the_logs_and_says_where(site: Path, tmp_path: Path) -> None:
@@ -221,8 +222,8 @@ def test_in_a_sticky_base_another_users_entries_stay_theirs(tmp_path: Path) -> N
         said = f"warning: {submit / protocol.LATEST} (owner UNKNOWN) could not be replaced: it does not point"
         assert said in done.stderr
         assert (submit / protocol.LATEST).readlink() == Path("theirs")
-        shutil.rmtree(protocol.LogDir.of(submit, JOB_ID).path)
-        planted = protocol.LogDir.of(submit, JOB_ID).path
+        shutil.rmtree(LogDir.of(submit, JOB_ID).path)
+        planted = LogDir.of(submit, JOB_ID).path
         planted.mkdir()
         os.chown(planted, STRANGER, STRANGER)
         done = run_job(submit, where, user=USER)

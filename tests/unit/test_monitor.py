@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from raysub.job.lib.scrape import RayGpuMonitor, summarize, tokens_per_second_per_gpu
+from raysub.job.programs.monitor import IdleAlarm
 from raysub.monitor import table
-from raysub.node.sidecar import IdleAlarm
 from raysub.protocol.metrics_log import MetricsFile, snapshot_line
-from raysub.protocol.ray_metrics import RayGpuMonitor, summarize, tokens_per_second_per_gpu
 from raysub.protocol.readings import GIB, GpuMetrics, NodeMetrics, parse_node_metrics
 from tests.support.ray_metrics import H200_RAY_2_49, RECORDED, Gpu, exposition, labels, serve
 
@@ -287,8 +287,7 @@ def test_snapshot_line_round_trips() -> None:
 
 
 def test_sidecar_writes_snapshots_and_warns_of_idle_gpus_once(tmp_path: Path) -> None:
-    from raysub.node import sidecar
-    from raysub.protocol import LogDir
+    from raysub.job.programs import monitor as sidecar
 
     files = {
         name: tmp_path / name
@@ -301,7 +300,7 @@ def test_sidecar_writes_snapshots_and_warns_of_idle_gpus_once(tmp_path: Path) ->
     with serve({"node1": lambda: idle}) as urls:
         threading.Timer(3.0, files["ENDED"].touch).start()
         thread = sidecar.start(
-            LogDir(tmp_path),
+            tmp_path,
             "node1",
             0.5,
             sidecar.IdleAlarm(5, 1),
@@ -321,7 +320,7 @@ def test_sidecar_writes_snapshots_and_warns_of_idle_gpus_once(tmp_path: Path) ->
 def test_timeline_is_written_when_flock_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import errno
 
-    from raysub.protocol import LogDir
+    from raysub.protocol.logdir import LogDir
 
     def no_locks(*_: object) -> None:
         raise OSError(errno.ENOLCK, "No locks available")

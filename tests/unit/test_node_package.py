@@ -1,5 +1,5 @@
-"""The node programs (raysub/node/): what they may import, that LOG_DIR's copy runs with a Python that has no
-raysub, and the unit counter against a fake GCS client with the real one's shape."""
+"""The node programs (raysub/job/programs/): what they may import, that LOG_DIR's copy runs with a Python that
+has no raysub, and the unit counter against a fake GCS client with the real one's shape."""
 
 import ast
 import os
@@ -15,18 +15,20 @@ from typing import Any
 import pytest
 
 from raysub import protocol
-from raysub.node import sidecar, units
-from raysub.protocol import gcs
-from raysub.render import node_library
+from raysub.job.lib import counter, gcs
+from raysub.job.manifest import timing_args
+from raysub.job.programs import monitor, units
+from raysub.job.render import node_library
+from raysub.protocol.logdir import LogDir
 from raysub.spec import JobSpec
 from tests.support.batch import run_batch_script
 
-TIMING = JobSpec(nodes=2).timing.program_args("units")
+TIMING = timing_args(JobSpec(nodes=2).timing, "units")
 SHIPPED = {name.removeprefix(f"{protocol.NODE_PYTHON_DIR}/"): path for name, path in node_library()}
 # What Ray's Python has besides the standard library (prometheus_client comes with ray[default]).
 THIRD_PARTY = {"ray", "prometheus_client"}
 # What a shipped module may use where it is installed: imported inside a function, never at the top.
-OPTIONAL = {"raysub/node/smoke.py": {"torch"}}
+OPTIONAL = {"raysub/job/programs/smoke.py": {"torch"}}
 
 
 def module_name(relative: str) -> str:
@@ -86,10 +88,10 @@ def test_log_dirs_copy_runs_with_a_python_without_raysub(tmp_path: Path) -> None
     job = run_batch_script(tmp_path, spec, {"HOME": str(tmp_path)}, str(os.getpid()))
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(job.log_dir.file(protocol.NODE_PYTHON_DIR))}
     # Only what the job uses is shipped: this job runs no smoke test (tests/golden/smoke.diff ships it).
-    assert not job.log_dir.file(f"{protocol.NODE_PYTHON_DIR}/raysub/node/smoke.py").exists()
+    assert not job.log_dir.file(f"{protocol.NODE_PYTHON_DIR}/raysub/job/programs/smoke.py").exists()
     for program in ("units", "preflight"):
         done = subprocess.run(
-            [python, "-m", f"raysub.node.{program}", "--help"],
+            [python, "-m", f"raysub.job.programs.{program}", "--help"],
             cwd=tmp_path,
             env=env,
             capture_output=True,
@@ -117,7 +119,7 @@ def node_info(name: str, gpus: float, state: int = gcs.ALIVE) -> SimpleNamespace
 class FakeGcs:
     """Answers each get_all_node_info with the next of ``answers`` (an exception is raised)."""
 
-    def __init__(self, answers: list[Any], logs: protocol.LogDir) -> None:
+    def __init__(self, answers: list[Any], logs: LogDir) -> None:
         self.answers = answers
         self.logs = logs
 
@@ -131,22 +133,23 @@ class FakeGcs:
         return {f"id{k}": info for k, info in enumerate(answer)}
 
 
-def arguments(logs: protocol.LogDir, kind: str = "gpu", auth: str = "none", *more: str) -> Namespace:
-    return units.parse(
+def arguments(logs: LogDir, kind: str = "gpu", auth: str = "none", *more: str) -> Namespace:
+    parse = monitor.parse if more else units.parse
+    return parse(
         [f"--log-dir={logs.path}", f"--address-file={logs.path / 'address'}", "--expected=16",
          f"--kind={kind}", f"--auth={auth}", "--node=node1", *TIMING, *more]
     )  # fmt: skip
 
 
 def test_the_counter_publishes_units_nodes_and_joins(tmp_path: Path) -> None:
-    logs = protocol.LogDir(tmp_path)
+    logs = LogDir(tmp_path)
     answers: list[Any] = [
         [node_info("node1", 8)],
         RuntimeError("the GCS is busy"),  # a failed read changes nothing
         [node_info("node1", 8), node_info("node2", 8), node_info("gone", 8, state=1)],
     ]
     sleeps: list[float] = []
-    units.count(arguments(logs), FakeGcs(answers, logs), "10.0.0.1:6379", sleeps.append)
+    counter.count(arguments(logs), FakeGcs(answers, logs), "10.0.0.1:6379", sleep=sleeps.append)
     assert logs.units() == 16
     assert logs.joined_nodes() == ["node1", "node2"]
     joined = [(e.phase, e.node, e.detail) for e in logs.timeline()]
@@ -162,11 +165,11 @@ def test_the_counter_publishes_units_nodes_and_joins(tmp_path: Path) -> None:
 def test_the_counter_starts_the_monitor_sidecar_once_every_unit_joined(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    logs = protocol.LogDir(tmp_path)
+    logs = LogDir(tmp_path)
     started: list[tuple[object, ...]] = []
-    monkeypatch.setattr(units, "gcs_endpoints", lambda address: f"endpoints of {address}")
+    monkeypatch.setattr(monitor, "gcs_endpoints", lambda address: f"endpoints of {address}")
     monkeypatch.setattr(
-        sidecar,
+        monitor,
         "start",
         lambda _logs, node, interval, idle, endpoints, going: started.append(
             (node, interval, idle.threshold, idle.after, endpoints, logs.units())
@@ -175,18 +178,18 @@ def test_the_counter_starts_the_monitor_sidecar_once_every_unit_joined(
     both = [node_info("node1", 8), node_info("node2", 8)]
     answers: list[Any] = [[node_info("node1", 8)], both, both, both]
     args = arguments(logs, "gpu", "none", "--monitor-interval=2.5", "--idle-threshold=3", "--idle-after=60")
-    units.count(args, FakeGcs(answers, logs), "10.0.0.1:6379", lambda seconds: None)
+    counter.count(args, FakeGcs(answers, logs), "10.0.0.1:6379", monitor.sidecar(args), lambda seconds: None)
     assert started == [("node1", 2.5, 3.0, 60.0, "endpoints of 10.0.0.1:6379", 16)]
 
 
 def test_without_gpus_the_counter_counts_nodes(tmp_path: Path) -> None:
-    logs = protocol.LogDir(tmp_path)
+    logs = LogDir(tmp_path)
     two = FakeGcs([[node_info("a", 0), node_info("b", 0)]], logs)
-    units.count(arguments(logs, kind="node"), two, "10.0.0.1:6379", print)
+    counter.count(arguments(logs, kind="node"), two, "10.0.0.1:6379", sleep=print)
     assert logs.units() == 2
 
 
-def main_argv(logs: protocol.LogDir, auth: str = "none") -> list[str]:
+def main_argv(logs: LogDir, auth: str = "none") -> list[str]:
     address_file = logs.path / "raysub_head_address"
     return [f"--log-dir={logs.path}", f"--address-file={address_file}", "--expected=1", "--kind=gpu",
             f"--auth={auth}", "--node=n", *TIMING]  # fmt: skip
@@ -195,7 +198,7 @@ def main_argv(logs: protocol.LogDir, auth: str = "none") -> list[str]:
 def test_it_loads_ray_first_then_waits_for_the_heads_address_and_reads_that_gcs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    logs = protocol.LogDir(tmp_path)
+    logs = LogDir(tmp_path)
     calls: list[str] = []
     monkeypatch.setattr(gcs, "load", lambda: calls.append("load"))
 
@@ -205,14 +208,14 @@ def test_it_loads_ray_first_then_waits_for_the_heads_address_and_reads_that_gcs(
 
     monkeypatch.setattr(gcs, "connect", connect)
     monkeypatch.setattr(
-        units, "count", lambda args, client, address: calls.append(f"count {client} {address}")
+        counter, "count", lambda args, client, address, on_whole: calls.append(f"count {client} {address}")
     )
     arrive = threading.Timer(
         0.3, protocol.write_atomic, args=(tmp_path / "raysub_head_address", "10.0.0.1:6379\n")
     )
     arrive.start()
     try:
-        assert units.main(main_argv(logs)) == 0
+        assert counter.run(units.parse(main_argv(logs))) == 0
     finally:
         arrive.join()
     assert calls == ["load", "connect 10.0.0.1:6379", "count client 10.0.0.1:6379"]
@@ -223,11 +226,11 @@ def test_a_ray_that_does_not_enforce_the_token_is_reported(
 ) -> None:
     monkeypatch.setattr(gcs, "load", lambda: None)
     monkeypatch.setattr(gcs, "connect", lambda address: object())
-    monkeypatch.setattr(units, "token_enforced", lambda: False)
-    monkeypatch.setattr(units, "loaded_ray_version", lambda: "2.49.2")
-    logs = protocol.LogDir(tmp_path)
+    monkeypatch.setattr(counter, "token_enforced", lambda: False)
+    monkeypatch.setattr(counter, "loaded_ray_version", lambda: "2.49.2")
+    logs = LogDir(tmp_path)
     protocol.write_atomic(tmp_path / "raysub_head_address", "10.0.0.1:6379\n")
-    assert units.main(main_argv(logs, auth="token")) == units.UNPROTECTED
+    assert counter.run(units.parse(main_argv(logs, auth="token"))) == counter.UNPROTECTED
     assert capsys.readouterr().out == "unprotected 2.49.2\n"
     assert logs.units() is None
 
@@ -240,5 +243,5 @@ def test_an_error_is_its_last_word_on_one_line(
 
     monkeypatch.setattr(gcs, "load", no_ray)
     with pytest.raises(ModuleNotFoundError):
-        units.main(main_argv(protocol.LogDir(tmp_path)))  # at once: it never waits for the head
+        counter.run(units.parse(main_argv(LogDir(tmp_path))))  # at once: it never waits for the head
     assert capsys.readouterr().out == "ModuleNotFoundError: No module named 'ray' (and more)\n"

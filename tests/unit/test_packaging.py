@@ -42,7 +42,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_wheel_contains_every_template(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     templates = [p.relative_to(REPO / "templates") for p in (REPO / "templates").rglob("*") if p.is_file()]
-    assert templates, "templates/ is empty"
+    assert templates, "raysub/job/templates/ is empty"
     missing = [str(t) for t in templates if f"raysub/templates/{t.as_posix()}" not in names]
     assert missing == []
 

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from raysub import protocol
-from raysub.render import PAYLOAD_LINE, node_programs, render
+from raysub.job import manifest
+from raysub.job.render import PAYLOAD_LINE, TEMPLATES, node_library, node_programs, render
 from raysub.spec import JobSpec, Sandbox
 from raysub.validate import extract
 
@@ -45,7 +46,25 @@ SPECS = {
     "restarts": dataclasses.replace(PLAIN, driver_restarts=2),
 }
 # How the scripts run each program: node_program NAME, join.py as a script, the gate on a PYTHONPATH.
-RUNS = re.compile(r"node_program (?P<program>\w+)|/raysub/node/(?P<script>join)\.py|/(?P<gate>driver_gate)\$")
+RUNS = re.compile(
+    r"node_program (?P<program>\w+)|/raysub/job/programs/(?P<script>join)\.py|/(?P<gate>driver_gate)\$"
+)
+# The node script each template becomes (the partials are part of the one that includes them).
+TEMPLATE_SCRIPTS = {
+    "head.sh.j2": protocol.HEAD_SCRIPT,
+    "worker.sh.j2": protocol.WORKER_SCRIPT,
+    "driver_command.sh.j2": protocol.DRIVER_SCRIPT,
+    "node.sh.j2": protocol.NODE_BASH,
+    "_ray.sh.j2": protocol.NODE_BASH,
+}
+CALL = re.compile(r"program_(?:call|args)\(\"(\w+)\"\)")
+# Lines a job script may have, by kind of job (a plain job had 4,625 before the job's room).
+BUDGETS = {
+    "plain": (PLAIN, 4600),
+    "restarts": (dataclasses.replace(PLAIN, driver_restarts=2), 5200),
+    "smoke": (dataclasses.replace(PLAIN, command=(), smoke=True), 5300),
+    "containers": (dataclasses.replace(PLAIN, container_image="nvcr.io/nvidia/pytorch:25.01-py3"), 4650),
+}
 
 
 def readable_lines(spec: JobSpec) -> int:
@@ -77,7 +96,9 @@ def test_the_payload_holds_what_its_programs_import_and_nothing_else(name: str, 
             (tmp_path / script.name).parent.mkdir(parents=True, exist_ok=True)
             (tmp_path / script.name).write_text(script.text)
             shipped.add(script.name.removeprefix(f"{protocol.NODE_PYTHON_DIR}/"))
-    programs = [f"raysub.node.{program}" for program in node_programs(spec) if program != "driver_gate"]
+    programs = [
+        f"raysub.job.programs.{program}" for program in node_programs(spec) if program != "driver_gate"
+    ]
     probe = (
         "import importlib, json, sys\n"
         f"for name in {programs!r}: importlib.import_module(name)\n"
@@ -106,3 +127,36 @@ def test_the_shared_bash_is_written_once() -> None:
     for function in ("end_job()", "timeline()", "publish()", "wait_for_file()", "node_program()"):
         defined = [e.name for e in bash if f"\n{function} {{" in f"\n{e.text}"]
         assert defined == [protocol.SHARED_BASH], function
+
+
+def test_every_program_a_template_calls_is_a_manifest_row_of_that_script() -> None:
+    called = set()
+    for template in sorted(TEMPLATES.glob("*.j2")):
+        text = template.read_text()
+        assert not re.search(r"node_program \w", text), f"{template.name} spells a program's call itself"
+        for name in CALL.findall(text):
+            assert name in manifest.ROWS, f"{template.name} calls {name}, which has no manifest row"
+            assert manifest.ROWS[name].script == TEMPLATE_SCRIPTS[template.name], (template.name, name)
+            called.add(name)
+    # driver_gate is no call: the head puts it on the early driver's PYTHONPATH.
+    assert called == set(manifest.ROWS) - {"driver_gate"}
+
+
+def shipped(spec: JobSpec) -> set[str]:
+    return {name for name, _ in node_library(spec)}
+
+
+def test_a_job_ships_only_the_code_of_the_programs_it_runs() -> None:
+    restarts = shipped(BUDGETS["restarts"][0])
+    assert not [name for name in restarts if "smoke" in name]
+    quiet = shipped(dataclasses.replace(PLAIN, monitor=False))
+    monitor_code = ("programs/monitor.py", "lib/scrape.py", "readings.py", "metrics_log.py")
+    assert not [name for name in quiet if name.endswith(monitor_code)]
+    assert [name for name in shipped(PLAIN) if name.endswith(monitor_code)]
+
+
+@pytest.mark.parametrize("kind", sorted(BUDGETS))
+def test_a_job_script_stays_within_its_line_budget(kind: str) -> None:
+    spec, budget = BUDGETS[kind]
+    lines = render(spec).count("\n")
+    assert lines <= budget, f"a {kind} job script is {lines} lines, past its budget of {budget}"

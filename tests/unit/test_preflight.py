@@ -1,4 +1,4 @@
-"""The GPU preflight gate (raysub/node/preflight.py): nvidia-smi's CSV in each form its versions print
+"""The GPU preflight gate (raysub/job/programs/preflight.py): nvidia-smi's CSV in each form its versions print
 (tests/fixtures/nvidia-smi/, hand-written), the scores and findings, the wait for busy GPUs on a fake clock,
 preflight.jsonl's writer and reader, and the program itself against the fake nvidia-smi (tests/fakes/)."""
 
@@ -18,8 +18,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from raysub import protocol
-from raysub.node import preflight
-from raysub.node.preflight import Answer
+from raysub.job.lib import gpus as smi
+from raysub.job.lib.gpus import Answer
+from raysub.job.manifest import timing_args
+from raysub.job.programs import preflight
 from raysub.protocol import preflight_log
 from raysub.protocol.preflight_log import Check, Finding, Gpu, Process
 from raysub.spec import JobSpec
@@ -48,11 +50,11 @@ class FakeSmi:
 
     def __call__(self, args: Sequence[str]) -> Answer | None:
         self.calls.append(args)
-        if self.gpus is None or tuple(args) == preflight.GPU_QUERY:
+        if self.gpus is None or tuple(args) == smi.GPU_QUERY:
             return self.gpus
-        if tuple(args) == preflight.LIST_QUERY:
+        if tuple(args) == smi.LIST_QUERY:
             return self.listing
-        assert tuple(args) == preflight.APPS_QUERY
+        assert tuple(args) == smi.APPS_QUERY
         return self.apps.pop(0) if len(self.apps) > 1 else self.apps[0]
 
 
@@ -60,7 +62,7 @@ def ok(name: str) -> Answer:
     return Answer(0, sample(name))
 
 
-TIMING = JobSpec(nodes=2).timing.program_args("preflight")
+TIMING = timing_args(JobSpec(nodes=2).timing, "preflight")
 
 
 def arguments(log_dir: Path, *extra: str, gpus: int = 8, mode: str = "fail") -> argparse.Namespace:
@@ -74,7 +76,7 @@ def arguments(log_dir: Path, *extra: str, gpus: int = 8, mode: str = "fail") -> 
 
 def test_every_form_of_the_gpu_query_reads_the_same() -> None:
     forms = ["gpus.csv", "gpus-nounits.csv", "gpus-noheader-nounits.csv"]
-    parsed = [preflight.parse_gpus(sample(name)) for name in forms]
+    parsed = [smi.parse_gpus(sample(name)) for name in forms]
     assert parsed[0] == parsed[1] == parsed[2]
     assert [gpu.index for gpu in parsed[0]] == list(range(8))
     assert parsed[0][3] == Gpu(3, UUID3, H100, 97.0, 30512.0, 81559.0, 58.0, 512.33, 700.0)
@@ -82,19 +84,19 @@ def test_every_form_of_the_gpu_query_reads_the_same() -> None:
 
 def test_every_form_of_the_compute_apps_query_reads_the_same() -> None:
     expected = [Process(4242, "/usr/bin/python3", 30000.0, UUID3)]
-    assert preflight.parse_processes(sample("apps.csv")) == expected
-    assert preflight.parse_processes(sample("apps-noheader-nounits.csv")) == expected
-    assert preflight.parse_processes(sample("apps-none.csv")) == []
+    assert smi.parse_processes(sample("apps.csv")) == expected
+    assert smi.parse_processes(sample("apps-noheader-nounits.csv")) == expected
+    assert smi.parse_processes(sample("apps-none.csv")) == []
 
 
 def test_every_form_of_unknown_is_unknown() -> None:
-    a10, hidden = preflight.parse_gpus(sample("gpus-unknown.csv"))
+    a10, hidden = smi.parse_gpus(sample("gpus-unknown.csv"))
     assert (a10.util_pct, a10.mem_used_mib, a10.power_w, a10.power_limit_w) == (0.0, 0.0, None, None)
     assert hidden == Gpu(1, hidden.uuid, "NVIDIA A10", None, None, None, None, None, 150.0)
 
 
 def test_a_mig_enabled_gpu_reports_no_utilisation() -> None:
-    whole_gpu, mig = preflight.parse_gpus(sample("gpus-mig.csv"))
+    whole_gpu, mig = smi.parse_gpus(sample("gpus-mig.csv"))
     assert whole_gpu.util_pct == 0.0
     assert (mig.util_pct, mig.mem_used_mib, mig.mem_total_mib) == (None, 13.0, 81920.0)
     findings = preflight.judge(mig, preflight_log.DEFAULT_MIN_FREE_MIB)
@@ -110,7 +112,7 @@ def test_columns_are_found_by_the_header_in_any_order_and_by_any_name() -> None:
         "WARNING: infoROM is corrupted at gpu 0000:04:00.0\n"
         "GPU-b, [N/A], 18, [Not Found]\n"
     )
-    assert preflight.parse_processes(answer) == [
+    assert smi.parse_processes(answer) == [
         Process(17, "/opt/my, odd, name", 2048.0, "GPU-a"),
         Process(18, None, None, "GPU-b"),
     ]
@@ -119,8 +121,8 @@ def test_columns_are_found_by_the_header_in_any_order_and_by_any_name() -> None:
 @settings(max_examples=200)
 @given(st.text())
 def test_no_answer_breaks_the_parser(answer: str) -> None:
-    preflight.parse_gpus(answer)
-    preflight.parse_processes(answer)
+    smi.parse_gpus(answer)
+    smi.parse_processes(answer)
 
 
 # ---- scores and findings ----
@@ -129,7 +131,7 @@ def test_no_answer_breaks_the_parser(answer: str) -> None:
 def test_the_score_weighs_free_memory_and_idleness() -> None:
     free = Gpu(0, "GPU-x", H100, 0.0, 0.0, 81559.0, 30.0, 70.0, 700.0)
     assert free.score == 1.0
-    busy = preflight.parse_gpus(sample("gpus.csv"))[3]
+    busy = smi.parse_gpus(sample("gpus.csv"))[3]
     assert busy.score == round(0.6 * (81559 - 30512) / 81559 + 0.4 * (100 - 97) / 100, 3)
     unknown = Gpu(0, None, None, None, None, None, None, None, None)
     assert unknown.score == 0.0
@@ -227,7 +229,7 @@ def test_a_hung_nvidia_smi_and_a_failed_process_list() -> None:
 def test_without_nvidia_smi_the_gate_passes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert preflight.observe(FakeSmi(None), 8, 1024) == ([], [Finding("info", None, "nvidia-smi not found")])
     monkeypatch.setenv("PATH", str(tmp_path))
-    assert preflight.nvidia_smi(preflight.GPU_QUERY, 60) is None
+    assert smi.nvidia_smi(smi.GPU_QUERY, 60) is None
     assert preflight.main([f"--log-dir={tmp_path}", "--node=n1", "--gpus=8", "--mode=fail", *TIMING]) == 0
     (check,) = preflight_log.read_checks(tmp_path / protocol.PREFLIGHT)
     assert (check.verdict, check.final, check.findings) == (
@@ -300,7 +302,7 @@ def test_the_reason_counts_the_other_errors() -> None:
 
 
 def a_check(node: str = "node3", check: int = 1) -> Check:
-    gpus = preflight.parse_gpus(sample("gpus.csv"))
+    gpus = smi.parse_gpus(sample("gpus.csv"))
     gpus[3] = replace(gpus[3], processes=(Process(4242, "/usr/bin/python3", 30000.0),))
     findings = (Finding("error", 3, "GPU 3 is held by pid 4242 (python3, 30000 MiB)"),)
     return Check(1700000000.125, node, check, False, tuple(gpus), findings, "fail")
@@ -395,7 +397,7 @@ def run(
     argv = [
         sys.executable,
         "-m",
-        "raysub.node.preflight",
+        "raysub.job.programs.preflight",
         f"--log-dir={log_dir}",
         f"--node={node}",
         f"--gpus={gpus}",
@@ -491,7 +493,7 @@ def test_only_the_jobs_gpus_are_judged(tmp_path: Path, scenarios: Path) -> None:
 
 
 def test_the_jobs_gpus_by_uuid_by_slurm_and_under_a_device_cgroup() -> None:
-    gpus = preflight.parse_gpus(sample("gpus.csv"))
+    gpus = smi.parse_gpus(sample("gpus.csv"))
 
     def given(**environ: str) -> preflight.Given:
         return preflight.given_gpus(gpus, environ, FakeSmi(None))
@@ -534,7 +536,7 @@ def test_a_gpu_the_job_names_but_nvidia_smi_does_not_list_fails() -> None:
 
 def test_a_name_cuda_cannot_read_ends_the_list_as_in_cuda() -> None:
     """CUDA uses the devices before a name it cannot read (old Slurm's 'NoDevFiles', a typo)."""
-    given = preflight.given_gpus(preflight.parse_gpus(sample("gpus.csv")), {"CUDA_VISIBLE_DEVICES": "2,x,3"},
+    given = preflight.given_gpus(smi.parse_gpus(sample("gpus.csv")), {"CUDA_VISIBLE_DEVICES": "2,x,3"},
                                  FakeSmi(None))  # fmt: skip
     assert ([gpu.index for gpu in given.gpus], given.devices) == ([2], 1)
     assert given.findings[0] == Finding(
@@ -542,13 +544,13 @@ def test_a_name_cuda_cannot_read_ends_the_list_as_in_cuda() -> None:
         None,
         "CUDA_VISIBLE_DEVICES=2,x,3: 'x' is no GPU index or UUID, and CUDA uses only the devices before it",
     )
-    empty = preflight.given_gpus(preflight.parse_gpus(sample("gpus.csv")), {"CUDA_VISIBLE_DEVICES": ""},
+    empty = preflight.given_gpus(smi.parse_gpus(sample("gpus.csv")), {"CUDA_VISIBLE_DEVICES": ""},
                                  FakeSmi(None))  # fmt: skip
     assert (empty.gpus, empty.devices) == ([], 0)
 
 
 def test_gpus_of_several_models_numbered_by_index_are_said() -> None:
-    gpus = preflight.parse_gpus(sample("gpus.csv"))
+    gpus = smi.parse_gpus(sample("gpus.csv"))
     mixed = [*gpus[:4], *(replace(gpu, name="NVIDIA L40S") for gpu in gpus[4:])]
     given = preflight.given_gpus(mixed, {"CUDA_VISIBLE_DEVICES": "0,1"}, FakeSmi(None))
     assert "CUDA_DEVICE_ORDER is not PCI_BUS_ID" in given.findings[0].reason
@@ -562,15 +564,15 @@ def test_gpus_of_several_models_numbered_by_index_are_said() -> None:
 
 
 def test_nvidia_smi_list_gives_each_mig_device_its_gpu() -> None:
-    seven = preflight.parse_mig_devices(sample("list-mig.txt"))
+    seven = smi.parse_mig_devices(sample("list-mig.txt"))
     assert len(seven) == 7 and set(seven.values()) == {0}
     assert seven["MIG-1aae4990-b962-574e-8375-119d6d9b9687"] == 0
-    mixed = preflight.parse_mig_devices(sample("list-mig-mixed.txt"))
+    mixed = smi.parse_mig_devices(sample("list-mig-mixed.txt"))
     assert (len(mixed), set(mixed.values())) == (4, {0})
     old_form = (
         "GPU 1: A100-SXM4-40GB (UUID: GPU-e91edf3b)\n  MIG 3g.20gb Device 0: (UUID: MIG-GPU-e91edf3b/1/0)\n"
     )
-    assert preflight.parse_mig_devices(old_form) == {"MIG-GPU-e91edf3b/1/0": 1}
+    assert smi.parse_mig_devices(old_form) == {"MIG-GPU-e91edf3b/1/0": 1}
 
 
 def mig_node() -> str:
@@ -582,7 +584,7 @@ def mig_node() -> str:
         name, uuid = rest.rsplit(" (UUID: ", 1)
         util = "[N/A]" if index == "0" else "0"
         gpus.append(f"gpu {index}, {uuid.rstrip(')')}, {name}, {util}, 9000, 81920, 30, 70.00, 400.00")
-    migs = [f"mig 0, 1g.20gb, {uuid}" for uuid in preflight.parse_mig_devices(sample("list-mig-mixed.txt"))]
+    migs = [f"mig 0, 1g.20gb, {uuid}" for uuid in smi.parse_mig_devices(sample("list-mig-mixed.txt"))]
     apps = [f"app 5150, /usr/bin/python3, 9000, {gpus[0].split(', ')[1]}"]
     return "\n".join([*gpus, *migs, *apps]) + "\n"
 
@@ -591,7 +593,7 @@ def test_a_job_of_mig_devices_counts_its_devices(tmp_path: Path, scenarios: Path
     """Two MIG devices of GPU 0 and whole GPU 1: 3 devices; another job's process on GPU 0 may be on a MIG
     device of its own, so it is said, not failed."""
     (scenarios / "mig").write_text(mig_node())
-    migs = list(preflight.parse_mig_devices(sample("list-mig-mixed.txt")))
+    migs = list(smi.parse_mig_devices(sample("list-mig-mixed.txt")))
     given = f"{migs[0]},{migs[1][:12]},{sample('list-mig-mixed.txt').split('UUID: ')[6][:40]}"
     done = run(tmp_path, scenarios, "mig", "--mode=fail", gpus=3, given=given)
     assert (done.returncode, done.stdout) == (0, ""), done.stderr
@@ -616,7 +618,7 @@ def test_the_fake_speaks_the_forms_of_the_samples(tmp_path: Path) -> None:
         argv = [str(FAKES / "nvidia-smi"), query, f"--format={form}"]
         return subprocess.run(argv, env=env, capture_output=True, text=True, check=True).stdout
 
-    gpu_query, apps_query = preflight.GPU_QUERY[0], preflight.APPS_QUERY[0]
+    gpu_query, apps_query = smi.GPU_QUERY[0], smi.APPS_QUERY[0]
     assert fake(gpu_query, "csv") == sample("gpus.csv")
     assert fake(gpu_query, "csv,nounits") == sample("gpus-nounits.csv")
     assert fake(gpu_query, "csv,noheader,nounits") == sample("gpus-noheader-nounits.csv")

@@ -5,7 +5,7 @@ import re
 import pytest
 
 from raysub import protocol
-from raysub.render import templates_dir
+from raysub.job.render import TEMPLATES
 
 NAMES = protocol.template_names()
 
@@ -16,10 +16,10 @@ def test_every_name_is_shell_safe() -> None:
         assert re.fullmatch(r"[A-Za-z0-9_./=-]+", value), name
 
 
-@pytest.mark.parametrize("template", sorted(p.name for p in templates_dir().glob("*.j2")))
+@pytest.mark.parametrize("template", sorted(p.name for p in TEMPLATES.glob("*.j2")))
 def test_templates_take_names_from_the_protocol_module(template: str) -> None:
     # Code only: references through files.NAME and comment lines (prose) are set aside.
-    code = re.sub(r"files\.[A-Z_]+", "", (templates_dir() / template).read_text())
+    code = re.sub(r"files\.[A-Z_]+", "", (TEMPLATES / template).read_text())
     code = "\n".join(line for line in code.splitlines() if not line.lstrip().startswith("#"))
     for name, value in NAMES.items():
         # ".log" and the like are too short to tell from other text, and "ended" is also plain English.

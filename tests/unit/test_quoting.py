@@ -10,7 +10,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from raysub import protocol
-from raysub.render import render, shell_quote
+from raysub.job.render import render, shell_quote
 from raysub.spec import JobSpec
 
 # Anything an argv can carry: every character but NUL (and lone surrogates, which UTF-8 cannot encode).

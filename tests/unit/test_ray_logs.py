@@ -1,5 +1,5 @@
 """Ray's own logs kept in LOG_DIR/ray-logs (raysub/protocol/ray_logs.py, the node program
-raysub/node/ray_logs.py), shown by ``raysub logs --ray`` and read by ``raysub health``
+raysub/job/programs/ray_logs.py), shown by ``raysub logs --ray`` and read by ``raysub health``
 (raysub/health/ray_fatal.py) on real Ray log blocks (tests/fixtures/corpus/ray/)."""
 
 import gzip
@@ -16,6 +16,7 @@ from raysub import protocol
 from raysub.health import ray_fatal
 from raysub.health.checkup import ray_log_findings
 from raysub.protocol import ray_logs
+from raysub.protocol.logdir import LogDir
 from tests.conftest import RunCli
 from tests.support.corpus import blocks
 from tests.support.prereq import REPO
@@ -108,8 +109,8 @@ def test_a_copy_cut_short_by_a_kill_reads_as_far_as_it_got(tmp_path: Path) -> No
 
 def test_the_node_program_says_what_it_kept(tmp_path: Path, log_dir: Path) -> None:
     temp = ray_temp_dir(tmp_path)
-    argv = [sys.executable, "-m", "raysub.node.ray_logs", f"--temp-dir={temp}", f"--log-dir={log_dir}",
-            "--node=node3", "--max-mib=64", "--seconds=10"]  # fmt: skip
+    argv = [sys.executable, "-m", "raysub.job.programs.ray_logs", f"--temp-dir={temp}",
+            f"--log-dir={log_dir}", "--node=node3", "--max-mib=64", "--seconds=10"]  # fmt: skip
     done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
     assert (done.returncode, done.stdout) == (0, "")
     assert done.stderr == f"raysub: kept 4 of Ray's log files in {log_dir / 'ray-logs' / 'node3'}\n"
@@ -190,7 +191,7 @@ def test_health_names_the_node_and_the_file(tmp_path: Path, log_dir: Path) -> No
     (node3 / "worker-1-01000000-77.err.gz").write_bytes(
         gzip.compress(b"Traceback (most recent call last):\n")
     )
-    (finding,) = ray_log_findings(protocol.LogDir(log_dir))
+    (finding,) = ray_log_findings(LogDir(log_dir))
     assert (finding.kind, finding.node, finding.reason) == (
         "fatal",
         "node3",

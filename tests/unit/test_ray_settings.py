@@ -4,7 +4,7 @@ import subprocess
 
 import pytest
 
-from raysub.render import render
+from raysub.job.render import render
 from raysub.spec import LARGE_SCALE, JobSpec
 
 TIMEOUT = "RAY_raylet_client_connect_timeout_milliseconds"

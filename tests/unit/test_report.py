@@ -17,6 +17,7 @@ import pytest
 
 from raysub.health.progress import StepPoint, step_points
 from raysub.health.runs import clock_offset, read_job_run, step_gaps
+from raysub.job.lib.scrape import RayGpuMonitor
 from raysub.protocol import (
     DRIVER_RESTART_LOG_PREFIX,
     PHASE_CANARY_OK,
@@ -28,12 +29,10 @@ from raysub.protocol import (
     PHASE_JOB_START,
     PHASE_WORKER_JOINED,
     TIMELINE,
-    LogDir,
-    NodeEntry,
     TimelineEvent,
 )
+from raysub.protocol.logdir import LogDir, NodeEntry
 from raysub.protocol.metrics_log import Snapshot, read_snapshots, snapshot_line
-from raysub.protocol.ray_metrics import RayGpuMonitor
 from raysub.protocol.readings import GIB, GpuMetrics, NodeMetrics, parse_node_metrics
 from raysub.report import BOTTOM, HEIGHT, LEFT, PALETTE, RIGHT, TOP, WIDTH, render_report
 from raysub.slurm import SlurmState

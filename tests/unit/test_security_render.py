@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from raysub.render import render, sbatch_quote
+from raysub.job.render import render, sbatch_quote
 from raysub.spec import JobSpec
 from raysub.validate import extract
 from tests.conftest import RunCli

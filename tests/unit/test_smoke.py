@@ -1,5 +1,5 @@
-"""The smoke test (raysub/node/smoke.py, ``raysub smoke``, ``raysub render --smoke``): its placement checks
-as pure functions, smoke.json's writer and reader, the driver script render makes of it, the command
+"""The smoke test (raysub/job/programs/smoke.py, ``raysub smoke``, ``raysub render --smoke``): its placement
+checks as pure functions, smoke.json's writer and reader, the driver script render makes of it, the command
 lines' usage errors, and one short run against a real single-machine Ray with two (logical) GPUs."""
 
 import json
@@ -11,11 +11,12 @@ from pathlib import Path
 import pytest
 
 from raysub import protocol
-from raysub.node import smoke
-from raysub.node.smoke import Options
-from raysub.protocol import smoke_result
-from raysub.protocol.smoke_result import AllReduce, Node, Placement
-from raysub.render import render
+from raysub.job.lib import ray_nodes
+from raysub.job.programs import smoke
+from raysub.job.programs.smoke import Options
+from raysub.job.render import render
+from raysub.protocol import Node, smoke_result
+from raysub.protocol.smoke_result import AllReduce, Placement
 from raysub.spec import JobSpec
 from raysub.validate import extract
 from tests.conftest import RunCli
@@ -147,9 +148,9 @@ def test_alive_nodes_from_ray_nodes() -> None:
     table = [
         entry("w", "worker", True, GPU=8.0),
         entry("d", "dead", False, GPU=8.0),
-        entry("h", "head", True, **{smoke.HEAD_RESOURCE: 1.0}),
+        entry("h", "head", True, **{ray_nodes.HEAD_RESOURCE: 1.0}),
     ]
-    assert smoke.alive_nodes(table) == [
+    assert ray_nodes.alive_nodes(table) == [
         Node("h", "head", "ip-head", 0, True),
         Node("w", "worker", "ip-worker", 8),
     ]
@@ -290,11 +291,12 @@ def test_the_smoke_driver_runs_logdirs_copy_with_rays_python(tmp_path: Path) -> 
     got. (From the job's directory: ``python -m`` puts the working directory before PYTHONPATH.)"""
     log_dir = tmp_path / "logs"
     package = log_dir / protocol.NODE_PYTHON_DIR / "raysub"
-    (package / "node").mkdir(parents=True)
-    (package / "__init__.py").write_text("")
-    (package / "node" / "__init__.py").write_text("")
+    programs = package / "job" / "programs"
+    programs.mkdir(parents=True)
+    for directory in (package, package / "job", programs):
+        (directory / "__init__.py").write_text("")
     said = "{'argv': sys.argv[1:], 'file': __file__, 'python': sys.executable}"
-    (package / "node" / "smoke.py").write_text(f"import json, sys\nprint(json.dumps({said}))\n")
+    (programs / "smoke.py").write_text(f"import json, sys\nprint(json.dumps({said}))\n")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "ray").write_text(f"#!{sys.executable}\n")
@@ -313,7 +315,7 @@ def test_the_smoke_driver_runs_logdirs_copy_with_rays_python(tmp_path: Path) -> 
     said = json.loads(done.stdout)
     assert said == {
         "argv": ["--nodes=2", "--gpus-per-node=4", "--allreduce"],
-        "file": str(package / "node" / "smoke.py"),
+        "file": str(programs / "smoke.py"),
         "python": sys.executable,
     }
     env.pop(protocol.ENV_LOG_DIR)
@@ -373,7 +375,7 @@ def test_the_node_programs_usage_errors(
     with pytest.raises(SystemExit) as exit_:
         smoke.main(args)
     assert exit_.value.code == 2
-    assert capsys.readouterr().err.startswith("usage: python -m raysub.node.smoke ")
+    assert capsys.readouterr().err.startswith("usage: python -m raysub.job.programs.smoke ")
 
 
 @pytest.mark.parametrize(

@@ -10,8 +10,9 @@ import pytest
 
 from raysub import protocol
 from raysub.cli.authoring import render as render_command
+from raysub.job.manifest import program_args
+from raysub.job.render import render
 from raysub.protocol import AuthMode
-from raysub.render import render
 from raysub.spec import (
     BOUNDS,
     DEFAULT_PORT_RANGE,
@@ -336,11 +337,11 @@ def test_join_waves_all_start_by_half_of_the_workers_timeout(
 
 
 def test_a_large_job_reads_rays_node_table_once_a_second_and_names_known_bad_rays() -> None:
-    assert "--brisk=0.05" in SPEC.units_program_args
-    assert "--large-scale" not in SPEC.units_program_args
+    assert "--brisk=0.05" in program_args(SPEC, "monitor")
+    assert "--large-scale" not in program_args(SPEC, "monitor")
     large = dataclasses.replace(SPEC, scale="large")
-    assert "--brisk=1" in large.units_program_args
-    assert "--large-scale" in large.units_program_args
+    assert "--brisk=1" in program_args(large, "monitor")
+    assert "--large-scale" in program_args(large, "monitor")
 
 
 def test_a_port_range_holds_whole_blocks_only() -> None:

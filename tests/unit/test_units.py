@@ -1,11 +1,12 @@
-"""The head's unit counter (raysub/node/units.py): what it says of the Ray it runs with."""
+"""The head's unit counter (raysub/job/programs/units.py): what it says of the Ray it runs with."""
 
 import sys
 import types
 
 import pytest
 
-from raysub.node.units import collapse_known, loaded_ray_version, parse
+from raysub.job.lib.counter import collapse_known, loaded_ray_version
+from raysub.job.programs.units import parse
 
 
 @pytest.mark.parametrize(

@@ -21,6 +21,8 @@ from raysub import protocol, slurm
 from raysub import watch as watching
 from raysub.health.checkup import Finding, Severity
 from raysub.jobs import Job
+from raysub.protocol.job_index import IndexEntry, append_job_index
+from raysub.protocol.logdir import LogDir
 from raysub.slurm import BatchScript, SlurmState
 from raysub.watch import (
     LOST,
@@ -371,9 +373,9 @@ def test_a_checkpoint_lookup_that_fails_does_not_end_the_run(
     def broken(directory: Path, marker: str | None = None) -> None:
         raise OSError("stale file handle")
 
-    module = types.ModuleType("raysub.protocol.checkpoints")
+    module = types.ModuleType("raysub.job.lib.checkpoints")
     module.latest_checkpoint = broken  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "raysub.protocol.checkpoints", module)
+    monkeypatch.setitem(sys.modules, "raysub.job.lib.checkpoints", module)
     fake = FakeSlurm(monkeypatch, clock, [[ended("TIMEOUT")], [COMPLETED]])
     lines: list[str] = []
     assert watch(script, clock, checkpoints=Checkpoints(script.parent), lines=lines).succeeded
@@ -465,7 +467,7 @@ def test_no_retry_exit_codes_end_the_run(
 
 def driver_runs(base: Path, job_id: str, start: float, seconds: float, code: int) -> None:
     """The job's LOG_DIR as the batch script leaves it: the driver's start and end, and its exit code."""
-    logs = protocol.LogDir.of(base, job_id)
+    logs = LogDir.of(base, job_id)
     logs.path.mkdir()
     events = [(start, protocol.PHASE_DRIVER_START), (start + seconds, protocol.PHASE_DRIVER_END)]
     text = "".join(protocol.TimelineEvent(t, phase, "node1", "").line() for t, phase in events)
@@ -500,7 +502,7 @@ def test_a_quick_failure_after_a_long_run_is_restarted(
 
 def job_log_dir(base: Path, job_id: str, events: list[tuple[float, str, str]], **files: str) -> None:
     """A job's LOG_DIR with these timeline events (time, phase, detail) and files (name: content)."""
-    logs = protocol.LogDir.of(base, job_id)
+    logs = LogDir.of(base, job_id)
     logs.path.mkdir()
     text = "".join(protocol.TimelineEvent(t, phase, "node1", detail).line() for t, phase, detail in events)
     logs.file(protocol.TIMELINE).write_text(text)
@@ -935,9 +937,9 @@ def test_checkpoint_dir_asks_raysub_node_checkpoints(tmp_path: Path, monkeypatch
         asked.append(directory)
         return Checkpoint() if len(asked) > 1 else None
 
-    module = types.ModuleType("raysub.protocol.checkpoints")
+    module = types.ModuleType("raysub.job.lib.checkpoints")
     module.latest_checkpoint = latest_checkpoint  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "raysub.protocol.checkpoints", module)
+    monkeypatch.setitem(sys.modules, "raysub.job.lib.checkpoints", module)
     checkpoints = Checkpoints(tmp_path)
     assert checkpoints.latest() is None
     assert checkpoints.latest() == Path("step-40").absolute()
@@ -970,7 +972,7 @@ def test_a_checkpoint_dir_is_checked_before_the_run(tmp_path: Path) -> None:
 
 
 def test_the_default_stall_check_never_says_stalled(tmp_path: Path) -> None:
-    assert watching.never_stalled(Job("1", 0, protocol.LogDir(tmp_path))) is None
+    assert watching.never_stalled(Job("1", 0, LogDir(tmp_path))) is None
 
 
 def test_a_jobs_log_dir_is_found_under_the_base_or_through_the_job_index(
@@ -983,7 +985,7 @@ def test_a_jobs_log_dir_is_found_under_the_base_or_through_the_job_index(
     elsewhere = tmp_path / "elsewhere"
     (elsewhere / "6-logs").mkdir(parents=True)
     assert watching.log_dir_of("6", tmp_path) is None
-    protocol.append_job_index(job_index, protocol.IndexEntry("6", 0, elsewhere / "6-logs", int(START)))
+    append_job_index(job_index, IndexEntry("6", 0, elsewhere / "6-logs", int(START)))
     found = watching.log_dir_of("6", tmp_path)
     assert found is not None and found.logs.path == elsewhere / "6-logs"
 

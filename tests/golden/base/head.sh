@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# raysub head (templates/head.sh.j2): starts Ray's head on this node, announces it, counts the units
+# raysub head (raysub/job/templates/head.sh.j2): starts Ray's head on this node, announces it, counts the units
 # that join, waits for workers and sandboxes, then runs the driver here; exits with the driver's status.
 # shellcheck disable=SC2317,SC2329 # shared functions: traps call some, and not every script calls each
 set -euo pipefail
@@ -54,7 +54,7 @@ wait_head_ready() {
   return 1
 }
 
-# The unit counter (raysub/node/units.py) starts with the head's Ray and loads Ray's GCS client while it
+# The unit counter (raysub/job/lib/counter.py; with --monitor, programs/monitor.py runs it) starts with the head's Ray and loads Ray's GCS client while it
 # starts (with only the CPU the head leaves), then waits for the head's address in the node-local file $1.
 # From then on it keeps ray_worker_units and ray_joined_nodes up to date and puts every node that joins
 # on the timeline. With --auth token it first makes sure this Ray enforces the token, and ends the job
@@ -64,10 +64,7 @@ wait_head_ready() {
 # CPU and memory into metrics.jsonl every 5.0 s, and a timeline warning when the GPUs idle while the driver runs.
 count_units() {
   local status=0 said
-  said=$(node_program units --log-dir="$LOG_DIR" --address-file="$1" --expected="$EXPECTED_UNITS" --ready-look=0.02 --brisk=0.05 --slow=5 \
-    --kind=gpu --auth=token --node="$HOST" \
-    --monitor-interval=5.0 --idle-threshold=5.0 \
-    --idle-after=600) || status=$?
+  said=$(node_program monitor --log-dir="$LOG_DIR" --address-file="$1" --expected="$EXPECTED_UNITS" --ready-look=0.02 --brisk=0.05 --slow=5 --kind=gpu --auth=token --node="$HOST" --monitor-interval=5.0 --idle-threshold=5.0 --idle-after=600) || status=$?
   if [[ -e $ENDED_FILE ]] || ended_by_signal "$status"; then return 0; fi
   if [[ $said == "unprotected "* ]]; then
     die "Ray ${said#unprotected } does not enforce token authentication (Ray >= 2.52 does), so the job ends rather than run open to the network. To run on this Ray, render with --auth none: then anyone who can reach the head's ports can run code as you while the job runs (docs/security.md)"
@@ -136,7 +133,7 @@ stop_driver() {
 
 # Starts run $1 of the driver (0: the first; k: its k-th restart) in its own process group (the batch
 # script forwards the preemption signal to all of it, and only to it), writing its own log.
-# With "early" as $2 it starts while the workers still join: the gate (raysub/node/driver_gate.py), first
+# With "early" as $2 it starts while the workers still join: the gate (raysub/job/programs/driver_gate.py), first
 # on its PYTHONPATH as sitecustomize, holds its ray.init until DRIVER_STARTED exists.
 # The driver gets RAYSUB_FINISHED, the file it creates to say the training is over (raysub.driver.declare_finished),
 # and the run's mark, which whatever it starts inherits (see end_driver_run).
@@ -174,7 +171,7 @@ end_if_driver_gone() {
   exit "$status"
 }
 
-# The newest complete checkpoint in CHECKPOINT_DIR (raysub/node/checkpoints.py), for the driver to resume
+# The newest complete checkpoint in CHECKPOINT_DIR (raysub/job/programs/checkpoints.py), for the driver to resume
 # from, in RAYSUB_RESUME_FROM (and {checkpoint} in COMMAND); unset when there is none yet. A directory that
 # is not there, or holds several runs' checkpoints, ends the job: a driver that silently starts from step
 # 0 on every attempt is the failure this guards against. Without a checkpoint directory RAYSUB_RESUME_FROM

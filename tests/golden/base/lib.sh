@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# raysub's shared bash (templates/lib.sh.j2): the batch script and every script it writes into LOG_DIR
+# raysub's shared bash (raysub/job/templates/lib.sh.j2): the batch script and every script it writes into LOG_DIR
 # source this one copy. The sourcing script sets LOG_DIR, HOST and ROLE first.
 # shellcheck disable=SC2317,SC2329 # shared functions: traps call some, and not every script calls each
 : "${LOG_DIR:?}" "${HOST:?}" "${ROLE:?}"
@@ -184,7 +184,7 @@ ray_python() {
   fi
 }
 
-# Runs node program $1 (raysub/node/$1.py, which the batch script shipped into LOG_DIR) with Ray's
+# Runs node program $1 (raysub/job/programs/$1.py, which the batch script shipped into LOG_DIR) with Ray's
 # Python and the remaining arguments: LOG_DIR's copy of the package comes first on its PYTHONPATH. Not
 # the working directory, which 'python -m' would put before it (Python >= 3.11 honours PYTHONSAFEPATH):
 # a job submitted from a raysub checkout must still run the copy it shipped.
@@ -192,5 +192,5 @@ node_program() {
   local program=$1
   shift
   PYTHONSAFEPATH=1 PYTHONPATH="${LOG_DIR}/python${PYTHONPATH:+:${PYTHONPATH}}" \
-    "$(ray_python)" -m "raysub.node.${program}" "$@"
+    "$(ray_python)" -m "raysub.job.programs.${program}" "$@"
 }

@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# raysub's node bash (templates/node.sh.j2): what every node script (head, worker, sandbox) does first,
+# raysub's node bash (raysub/job/templates/node.sh.j2): what every node script (head, worker, sandbox) does first,
 # and the functions they share; each sources this one copy after setting ROLE.
 # shellcheck disable=SC2317,SC2329 # shared functions: traps call some, and not every script calls each
 : "${ROLE:?}"
@@ -171,7 +171,7 @@ watch_child() {
 
 # ---- end of shared functions ----
 
-# ---- Ray helpers shared by the head and worker scripts (templates/_ray.sh.j2) ----
+# ---- Ray helpers shared by the head and worker scripts (raysub/job/templates/_ray.sh.j2) ----
 # This node's Ray temp dir (%j: job id, %n: node name), checked against AF_UNIX's path limit and made the
 # job's own (0700): TEMP_DIR. Nothing is read from a directory the job did not make: where the per-job
 # parent (without one, the temp dir itself) exists but is not this user's private directory, as another
@@ -331,23 +331,21 @@ ray_node_args() {
 
 # Ray's own logs (raylet.out, gcs_server.out, the workers' .out/.err) outlive the temp dir they are in
 # only as copies: node.sh's clean-up calls this after Ray is stopped, whatever ended the job (--keep-ray-logs,
-# raysub/node/ray_logs.py). It says what it kept in this node's log; it never fails the clean-up.
+# raysub/job/programs/ray_logs.py). It says what it kept in this node's log; it never fails the clean-up.
 keep_ray_logs() {
   # No Ray session here (Ray never started; Ray links session_latest to each it makes): no Python to
   # start, on each of a thousand nodes.
   [[ -n $TEMP_DIR && -L ${TEMP_DIR}/session_latest ]] || return 0
-  node_program ray_logs --temp-dir="$TEMP_DIR" --log-dir="$LOG_DIR" --node="$HOST" \
-    --max-mib=64 --seconds=10 || true
+  node_program ray_logs --temp-dir="$TEMP_DIR" --log-dir="$LOG_DIR" --node="$HOST" --max-mib=64 --seconds=10 || true
 }
 
-# The GPU preflight gate (--preflight warn, raysub/node/preflight.py): this node's GPUs,
+# The GPU preflight gate (--preflight warn, raysub/job/programs/preflight.py): this node's GPUs,
 # as nvidia-smi sees them before Ray starts here, into preflight.jsonl. With fail, a GPU held by
 # another process or short of memory ends the job, naming it; a check that cannot run is said and passed.
 preflight_gate() {
   local gpus=$1 said status=0
   ((gpus > 0)) || return 0
-  said=$(node_program preflight --log-dir="$LOG_DIR" --node="$HOST" --gpus="$gpus" --mode=warn \
-    --min-free-gpu-mem=1024 --wait-gpus=0 --first-pause=1 --max-pause=30 --nvidia-smi-timeout=60) || status=$?
+  said=$(node_program preflight --log-dir="$LOG_DIR" --node="$HOST" --gpus="$gpus" --mode=warn --min-free-gpu-mem=1024 --wait-gpus=0 --first-pause=1 --max-pause=30 --nvidia-smi-timeout=60) || status=$?
   if ((status == 3)); then
     blame_node "$HOST" "GPU preflight: ${said}"
     die "GPU preflight: ${said}"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# raysub worker (templates/worker.sh.j2): one task of the batched worker srun. Waits for the head,
+# raysub worker (raysub/job/templates/worker.sh.j2): one task of the batched worker srun. Waits for the head,
 # then joins it with 'ray start --block', retrying a failed start.
 # shellcheck disable=SC2317,SC2329 # shared functions: traps call some, and not every script calls each
 set -euo pipefail
@@ -7,13 +7,13 @@ ROLE="worker ${SLURM_PROCID:-?}"
 # shellcheck source=node.sh
 source "${_RAYSUB_LOG_DIR:?is not set; run this script through the batch script}/node.sh"
 
-# Starts this node's first 'ray start' ahead of the head (raysub/node/join.py, run as a script with Ray's
+# Starts this node's first 'ray start' ahead of the head (raysub/job/programs/join.py, run as a script with Ray's
 # Python): Ray's command line loads while the head starts (with only the CPU nobody else wants), instead
 # of after it, and Ray starts as soon as the head's address is in JOIN_FILE, a file of this node's own
 # temp dir (a SIGCONT says it is there).
 start_joiner() {
   JOIN_FILE="${TEMP_DIR}/raysub_head_address"
-  "$(ray_python)" "${LOG_DIR}/python/raysub/node/join.py" --address-file="$JOIN_FILE" --look=0.25 \
+  "$(ray_python)" "${LOG_DIR}/python/raysub/job/programs/join.py" --address-file="$JOIN_FILE" --look=0.25 \
     -- --block "$@" &
   CHILD_PID=$!
 }

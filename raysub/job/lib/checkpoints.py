@@ -1,6 +1,6 @@
 """The newest complete checkpoint under a directory, in the layouts trainers write.
 
-The head asks for it at each driver start through raysub/node/checkpoints.py; raysub health and watch
+The head asks for it at each driver start through raysub/job/programs/checkpoints.py; raysub health and watch
 import it. Shipped to the nodes with the rest of raysub.protocol: the standard library only, Python 3.9.
 
 Layouts, by the name of a checkpoint's directory:

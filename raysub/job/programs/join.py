@@ -17,10 +17,10 @@ SIGCONT because its default action does nothing to a running process: one sent b
 blocks it is lost harmlessly, as the file is there by then. While waiting it sleeps in sigtimedwait, with
 a look every quarter second besides (a signal that a thread of Ray's took is lost too).
 
-The worker script runs it as a script (``python LOG_DIR/python/raysub/node/join.py ...``), not with
-``-m`` and LOG_DIR on PYTHONPATH as the other node programs: Ray's processes inherit this one's
-environment, and the user's Ray tasks must not find raysub's variables (or its modules) there. Standard
-library and ray only.
+The worker script runs it as a script (``python LOG_DIR/python/raysub/job/programs/join.py ...``), not
+with ``-m`` and LOG_DIR on PYTHONPATH as the other node programs: Ray's processes inherit this one's
+environment, and the user's Ray tasks must not find raysub's variables (or its modules) there. So it finds
+LOG_DIR's copy of raysub (for raysub/job/lib/waits.py) by its own path, on this process's sys.path alone.
 """
 
 from __future__ import annotations
@@ -30,45 +30,19 @@ import os
 import signal
 import sys
 import threading
-import time
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-WAKE = signal.SIGCONT  # the worker script's "the address is there"; without it, a look every --look seconds
+if not __package__:  # run as a script: LOG_DIR's copy of raysub, three directories up, instead of this one
+    sys.path[0] = str(Path(__file__).resolve().parents[3])
+
+from raysub.job.lib.waits import WAKE, Background, wait_address
 
 
 def ray_argv(address: str, args: Sequence[str]) -> list[str]:
     """The command line of the ``ray start`` that joins the head at ``address``."""
     return ["ray", "start", f"--address={address}", *args]
-
-
-def wait_address(path: Path, parent: int, look: float) -> str | None:
-    """The address in ``path`` once it exists; None if the process ``parent`` (the node script that
-    writes it) is gone first, or the file is empty. Woken at once by WAKE, which it blocks meanwhile."""
-    signal.pthread_sigmask(signal.SIG_BLOCK, {WAKE})
-    try:
-        while not path.exists():
-            if os.getppid() != parent:
-                return None
-            signal.sigtimedwait({WAKE}, look)
-    finally:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {WAKE})  # Ray's processes inherit the mask
-    return read_own(path).strip() or None
-
-
-def read_own(path: Path) -> str:
-    """``path``'s text, refused (PermissionError) unless it is this user's and nobody else may write it: the
-    node's temp dir is the job's own, so only a temp dir the job did not make could hold another's file.
-    (raysub.protocol.check_trusted says the same for LOG_DIR; this program imports nothing of raysub.)"""
-    with os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW)) as file:
-        st = os.fstat(file.fileno())
-        if st.st_uid != os.getuid() or st.st_mode & 0o022:
-            mode = st.st_mode & 0o7777
-            raise PermissionError(
-                f"refusing {path}: owned by uid {st.st_uid}, mode {mode:04o}; not the job's"
-            )
-        return file.read()
 
 
 class Loader(threading.Thread):
@@ -85,53 +59,6 @@ class Loader(threading.Thread):
             self.main = self.load()
         except Exception:  # into the worker's log
             traceback.print_exc()
-
-
-# Linux gives each session an "autogroup" that competes for the CPU as one task would (unless cgroups
-# group the tasks instead): the nice value of a session's autogroup sets the share of all its threads.
-AUTOGROUP = Path("/proc/self/autogroup")
-AUTOGROUP_TRIES = 100  # one every 0.02 s: the kernel takes one change every 0.1 s machine-wide (non-root)
-
-
-def set_session_nice(nice: int, path: Path = AUTOGROUP) -> bool:
-    """Sets the nice value of this process's autogroup (``path``); False where Linux refuses, or has none."""
-    for _ in range(AUTOGROUP_TRIES):
-        try:
-            fd = os.open(path, os.O_WRONLY)
-            try:
-                os.write(fd, str(nice).encode())
-            finally:
-                os.close(fd)
-            return True
-        except BlockingIOError:  # EAGAIN: a process changed one less than 0.1 s ago
-            time.sleep(0.02)
-        except OSError:
-            return False
-    return False
-
-
-class Background:
-    """How this process takes only the CPU nobody else wants until the head's address comes: it moves
-    into a session of its own (a background job of the worker script is never a process group leader,
-    so it may) and sets that session's autogroup to nice 19. ``restore`` sets it back to 0, which Linux
-    lets any process do for its own autogroup (not for its own nice value), so that a load not done yet
-    finishes at full speed and Ray's processes start with the usual share. Best effort: where Linux has
-    no autogroups, or cgroups share out the CPU instead, Ray loads with the usual share."""
-
-    def __init__(self, path: Path = AUTOGROUP) -> None:
-        self.path = path
-        self.niced = False
-
-    def lower(self) -> None:
-        try:
-            os.setsid()
-        except OSError:
-            return
-        self.niced = set_session_nice(19, self.path)
-
-    def restore(self) -> bool:
-        """False if the session stays niced."""
-        return not self.niced or set_session_nice(0, self.path)
 
 
 def join(
@@ -177,10 +104,6 @@ def load_ray_main() -> Callable[[], object]:
 
 def main() -> int:
     parent = os.getppid()
-    # Run as a script, Python puts this file's directory first on sys.path, where the other node
-    # programs are: none of them may stand in for a module Ray imports.
-    if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
-        del sys.path[0]
     return join(sys.argv[1:], load_ray_main, parent, Background())
 
 

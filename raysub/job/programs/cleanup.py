@@ -1,8 +1,8 @@
 """What a driver run left in the job's Ray, cleared before the head restarts the driver (--driver-restarts).
 
-Run by the head as ``python -m raysub.node.cleanup --since=EPOCH`` once the previous run's processes are
-gone (its process group and whatever carried its mark), with RAY_ADDRESS and the job's auth settings as the
-driver gets them. The previous run's Ray jobs are the drivers' jobs (not the Jobs API's) whose driver ran
+Run by the head as ``python -m raysub.job.programs.cleanup --since=EPOCH`` once the previous run's processes
+are gone (its process group and whatever carried its mark), with RAY_ADDRESS and the job's auth settings as
+the driver gets them. The previous run's Ray jobs are the drivers' jobs (not the Jobs API's) whose driver ran
 on this node, started at or after --since (the run's start, on this node's clock, as Ray's are) and is
 not running any more (its process is gone); never this program's own. A job whose driver still runs is
 someone else's (a user attached to the job), and is left alone. For those jobs, within --timeout:
@@ -16,7 +16,7 @@ someone else's (a user attached to the job), and is left alone. For those jobs, 
    workers are the processes that ran their actors and tasks (ray.util.state's list_workers does not say
    whose a worker is), matched by node and pid against list_workers;
 4. on every node where nvidia-smi is, no GPU compute process is one of those workers (the same task asks
-   nvidia-smi, with the GPU preflight's query and parser: raysub/node/preflight.py).
+   nvidia-smi, with the GPU preflight's query and parser: raysub/job/lib/gpus.py).
 
 It uses Ray's state API (ray.util.state), which the dashboard serves: with --no-dashboard it can check
 nothing, and says so. The task on each node takes no CPU and is pinned to its node
@@ -27,7 +27,7 @@ alone).
 Exit status: 0 when nothing of those jobs is left (its only line on stdout says what it cleared); 1 when
 something was still there at the end of --timeout, or Ray could not be asked (its only line on stdout
 says what it cleared and what is left, or why it could not); 2 for a usage error. Shipped to the nodes
-(raysub/node/__init__.py): the standard library and Ray only, Python 3.9.
+(raysub/job/programs/__init__.py): the standard library and Ray only, Python 3.9.
 """
 
 from __future__ import annotations
@@ -42,11 +42,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from raysub.node import bounded, preflight
-from raysub.node.bounded import run as run_bounded
-from raysub.node.smoke import alive_nodes, gcs_answers
+from raysub.job.lib import bounded, gpus
+from raysub.job.lib.bounded import run as run_bounded
+from raysub.job.lib.ray_nodes import alive_nodes, gcs_answers
+from raysub.protocol import Node, one_line
 from raysub.protocol.preflight_log import Process
-from raysub.protocol.smoke_result import Node, one_line
 
 CLEANUP_FAILED = 1
 # The most records one state API call returns (Ray's own ceiling, RAY_MAX_LIMIT_FROM_API_SERVER).
@@ -118,7 +118,7 @@ class NodeAnswer:
     """What the task on a node did: the pids it killed, and nvidia-smi's answer (None: no nvidia-smi)."""
 
     killed: list[int]
-    gpu: preflight.Answer | None
+    gpu: gpus.Answer | None
 
 
 class Cluster(Protocol):
@@ -186,7 +186,7 @@ def gpu_holders(answers: Mapping[str, NodeAnswer | None], keys: set[NodePid]) ->
     for node_id, answer in answers.items():
         if answer is None or answer.gpu is None or answer.gpu.failure() is not None:
             continue
-        for process in preflight.parse_processes(answer.gpu.output):
+        for process in gpus.parse_processes(answer.gpu.output):
             if process.pid is not None and (node_id, process.pid) in keys:
                 held.setdefault(node_id, []).append(process)
     return held
@@ -415,7 +415,7 @@ def on_node(kill: list[int], query: list[str], nvidia_timeout: float) -> tuple[l
 
 def node_answer(killed: list[int], status: int | None, output: str, nvidia_timeout: float) -> NodeAnswer:
     """on_node's answer as a record: nvidia-smi's part as the GPU preflight's Answer."""
-    gpu = None if status is None else preflight.Answer(None if status < 0 else status, output, nvidia_timeout)
+    gpu = None if status is None else gpus.Answer(None if status < 0 else status, output, nvidia_timeout)
     return NodeAnswer(list(killed), gpu)
 
 
@@ -522,7 +522,7 @@ class RayCluster:
             pinned = self.task.options(
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node.node_id, soft=False)
             )
-            refs[pinned.remote(kill.get(node.node_id, []), list(preflight.APPS_QUERY), nvidia_timeout)] = (
+            refs[pinned.remote(kill.get(node.node_id, []), list(gpus.APPS_QUERY), nvidia_timeout)] = (
                 node.node_id
             )
         ready, _ = self.ray.wait(list(refs), num_returns=len(refs), timeout=timeout)
@@ -575,7 +575,7 @@ def run(since: float, pace: Pace) -> Outcome:
 
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m raysub.node.cleanup",
+        prog="python -m raysub.job.programs.cleanup",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -1,8 +1,8 @@
 """Keeps this node's Ray logs in LOG_DIR as the node leaves (raysub/protocol/ray_logs.py: the format).
 
 Run by the head and worker scripts' clean-up, after Ray is stopped and before its temp dir is removed, as
-``python -m raysub.node.ray_logs --temp-dir DIR --log-dir DIR --node NAME --max-mib N --seconds S``. Says
-on stderr what it kept; exits 0 even when nothing could be kept (a job that is ending has nothing better
+``python -m raysub.job.programs.ray_logs --temp-dir DIR --log-dir DIR --node NAME --max-mib N --seconds S``.
+Says on stderr what it kept; exits 0 even when nothing could be kept (a job that is ending has nothing better
 to do with a failure here than say it), 2 on wrong arguments.
 """
 
@@ -19,7 +19,7 @@ from raysub.protocol import ray_logs
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m raysub.node.ray_logs", description="Keep this node's Ray logs in LOG_DIR."
+        prog="python -m raysub.job.programs.ray_logs", description="Keep this node's Ray logs in LOG_DIR."
     )
     parser.add_argument("--temp-dir", type=Path, required=True, help="the node's Ray temp dir")
     parser.add_argument("--log-dir", type=Path, required=True)

@@ -1,18 +1,24 @@
-"""The monitor sidecar every job with --monitor runs on its head: a snapshot of every node's GPU, CPU and
-memory into metrics.jsonl each --monitor-interval, and one timeline warning when the GPUs idle while the
-driver runs. It runs as a thread of the head's unit counter (raysub/node/units.py) once every unit has
-joined, and ends with it.
+"""The head's unit counter with the monitor sidecar, for every job with --monitor (the default): the counter
+(raysub/job/lib/counter.py) and, once every unit has joined, a thread that writes a snapshot of every node's
+GPU, CPU and memory into metrics.jsonl each --monitor-interval, and one timeline warning when the GPUs idle
+while the driver runs. Run by the head script as ``python -m raysub.job.programs.monitor`` while its Ray
+starts, with the counter's arguments and the sidecar's; it ends with the counter.
 """
 
 from __future__ import annotations
 
+import argparse
+import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 
 from raysub import protocol
-from raysub.protocol.metrics_log import MetricsFile, snapshot_line
-from raysub.protocol.ray_metrics import RayGpuMonitor
+from raysub.job.lib import counter
+from raysub.job.lib.scrape import RayGpuMonitor, gcs_endpoints
+from raysub.job.lib.waits import Background
+from raysub.protocol.metrics_log import metrics_file, snapshot_line
 from raysub.protocol.readings import NodeMetrics
 
 
@@ -44,29 +50,29 @@ class IdleAlarm:
 
 
 def sample(
-    logs: protocol.LogDir,
+    log_dir: Path,
     node: str,
     monitor: RayGpuMonitor,
     idle: IdleAlarm,
     going: Callable[[], bool],
 ) -> None:
     """Snapshots into metrics.jsonl every ``monitor.interval`` seconds while ``going()`` says so."""
-    driver_started = logs.file(protocol.DRIVER_STARTED)
-    metrics = MetricsFile(logs.metrics, protocol.MONITOR_MAX_BYTES)
+    driver_started = log_dir / protocol.DRIVER_STARTED
+    metrics = metrics_file(log_dir)
     try:
         while going():
             started = time.monotonic()
             nodes = monitor.collect_once()
             metrics.append(snapshot_line(nodes, monitor.endpoints, monitor.failed))
             if driver_started.exists() and (warning := idle.update(nodes, time.monotonic())):
-                logs.append_timeline(protocol.PHASE_GPU_IDLE, node, warning)
+                protocol.append_timeline(log_dir, protocol.PHASE_GPU_IDLE, node, warning)
             time.sleep(max(0.0, monitor.interval - (time.monotonic() - started)))
     finally:
         monitor.stop()
 
 
 def start(
-    logs: protocol.LogDir,
+    log_dir: Path,
     node: str,
     interval: float,
     idle: IdleAlarm,
@@ -77,7 +83,34 @@ def start(
     loaded on the head, not two)."""
     monitor = RayGpuMonitor(interval=interval, endpoints=endpoints)
     thread = threading.Thread(
-        target=sample, args=(logs, node, monitor, idle, going), name="monitor", daemon=True
+        target=sample, args=(log_dir, node, monitor, idle, going), name="monitor", daemon=True
     )
     thread.start()
     return thread
+
+
+def parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = counter.parser("python -m raysub.job.programs.monitor", __doc__)
+    parser.add_argument("--monitor-interval", type=float, required=True, help="seconds between snapshots")
+    parser.add_argument(
+        "--idle-threshold", type=float, required=True, help="GPU utilisation %% below which it idles"
+    )
+    parser.add_argument(
+        "--idle-after", type=float, required=True, help="seconds of idling before the warning"
+    )
+    return parser.parse_args(argv)
+
+
+def sidecar(args: argparse.Namespace) -> counter.OnWhole:
+    """What the counter calls once every unit has joined: the sidecar's start."""
+
+    def on_whole(address: str, going: Callable[[], bool]) -> None:
+        idle = IdleAlarm(args.idle_threshold, args.idle_after)
+        start(args.log_dir, args.node, args.monitor_interval, idle, gcs_endpoints(address), going)
+
+    return on_whole
+
+
+if __name__ == "__main__":
+    arguments = parse(None)
+    sys.exit(counter.run(arguments, Background(), sidecar(arguments)))

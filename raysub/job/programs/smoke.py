@@ -8,8 +8,8 @@ torch.distributed all-reduce (NCCL where every actor sees a CUDA GPU, gloo other
 is measured; without torch that part is skipped, unless --allreduce=required. The placement group is
 removed and the actors killed before the end, whatever happened; every wait is bounded by --timeout.
 
-The driver of a job rendered with ``raysub render --smoke`` (``python -m raysub.node.smoke``, run as the
-other node programs are), and ``raysub smoke`` in a shell of a running job, which runs this program as it
+The driver of a job rendered with ``raysub render --smoke`` (``python -m raysub.job.programs.smoke``, run as
+the other node programs are), and ``raysub smoke`` in a shell of a running job, which runs this program as it
 is: its command line below is the only one. Prints a table, writes LOG_DIR/smoke.json (its format:
 raysub/protocol/smoke_result.py), and exits 0 when every check passed, 1 with a one-line reason on stderr
 when one did not (or Ray could not be reached), and 2 for a usage error.
@@ -31,12 +31,12 @@ from pathlib import Path
 from typing import Any
 
 from raysub import protocol
+from raysub.job.lib.ray_nodes import alive_nodes, gcs_answers
+from raysub.protocol import Node, one_line
 from raysub.protocol.smoke_result import (
     AllReduce,
-    Node,
     Placement,
     SmokeResult,
-    one_line,
     result_path,
     write_result,
 )
@@ -53,7 +53,6 @@ BUNDLE_CPUS = 1  # what a training worker takes by default (Ray Train's {"CPU": 
 TIMEOUT_S = 120.0
 ALLREDUCE_MIB = 64.0
 ALLREDUCE_ITERATIONS = 5
-HEAD_RESOURCE = "node:__internal_head__"  # Ray gives this resource to the head node only
 
 
 @dataclass(frozen=True)
@@ -100,22 +99,6 @@ def make_result(
 
 
 # ---- what to place, and the checks: pure functions of what Ray says ----
-
-
-def alive_nodes(table: Sequence[Mapping[str, Any]]) -> list[Node]:
-    """The alive nodes of ``ray.nodes()``, by name."""
-    nodes = [
-        Node(
-            node_id=entry["NodeID"],
-            name=entry.get("NodeName") or entry["NodeManagerAddress"],
-            ip=entry["NodeManagerAddress"],
-            gpus=int(entry.get("Resources", {}).get("GPU", 0)),
-            head=HEAD_RESOURCE in entry.get("Resources", {}),
-        )
-        for entry in table
-        if entry.get("Alive")
-    ]
-    return sorted(nodes, key=lambda node: (not node.head, node.name))
 
 
 def expected_gpus(node: Node, options: Options) -> int | None:
@@ -483,16 +466,6 @@ def run(options: Options) -> SmokeResult:
 IN_A_JOB = "run it in the job (raysub attach JOB -- raysub smoke), or set RAY_ADDRESS to its head's host:port"
 
 
-def gcs_answers(address: str, timeout: float) -> None:
-    """Raises OSError unless the GCS at ``address`` (``host:port``) takes a connection within ``timeout``
-    s: ray.init retries a dead address for minutes. Other forms ("auto", ray://) are left to ray.init."""
-    host, _, port = address.rpartition(":")
-    if not host or not port.isdigit() or "/" in address:
-        return
-    with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
-        return
-
-
 def smoke(options: Options) -> SmokeResult:
     """Connect to the running Ray (unless this process already is), run, disconnect."""
     import logging
@@ -594,7 +567,7 @@ def positive(text: str) -> float:
 
 
 # The command line's help; ``raysub smoke`` is this program (it names itself in protocol.ENV_SMOKE_PROG).
-PROG = "python -m raysub.node.smoke"
+PROG = "python -m raysub.job.programs.smoke"
 DESCRIPTION = """\
 Prove the running job's placement: one actor per GPU (or per node), each where it should be.
 

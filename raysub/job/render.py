@@ -1,6 +1,7 @@
-"""Turn a JobSpec into the self-contained sbatch script, from the Jinja templates in templates/."""
+"""Turn a JobSpec into the self-contained sbatch script, from the Jinja templates in raysub/job/templates/."""
 
 import ast
+import functools
 import re
 import shlex
 from dataclasses import dataclass
@@ -10,6 +11,7 @@ from pathlib import Path
 import jinja2
 
 from raysub import __version__, protocol, slurm
+from raysub.job import manifest
 from raysub.protocol import preflight_log
 from raysub.spec import (
     CHECKPOINT_PLACEHOLDER,
@@ -38,13 +40,7 @@ EMBEDDED = (
 PAYLOAD_LINE = f"# {' PAYLOAD '.center(100, '=')}"
 
 
-def templates_dir() -> Path:
-    """The templates: inside the installed package (wheel), else at the top of the source tree."""
-    here = Path(__file__).resolve().parent
-    for candidate in (here / "templates", here.parent / "templates"):
-        if (candidate / "ray.sub.j2").is_file():
-            return candidate
-    raise FileNotFoundError(f"raysub's templates are missing (looked in {here} and {here.parent})")
+TEMPLATES = Path(__file__).resolve().parent / "templates"
 
 
 def shell_quote(value: object) -> str:
@@ -86,7 +82,7 @@ def sbatch_arg(arg: str) -> str:
 def environment() -> jinja2.Environment:
     # The output is bash, not HTML: escaping is shell quoting, done by the shq filter.
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(templates_dir()),
+        loader=jinja2.FileSystemLoader(TEMPLATES),
         undefined=jinja2.StrictUndefined,
         autoescape=False,  # noqa: S701
         keep_trailing_newline=True,
@@ -115,18 +111,8 @@ class EmbeddedScript:
 
 
 def node_programs(spec: JobSpec) -> list[str]:
-    """The node programs (raysub/node/<name>.py) this job's scripts run."""
-    wanted = {
-        "units": True,  # the head's unit counter, with the monitor sidecar
-        "join": spec.workers > 0,
-        "preflight": spec.preflights,
-        "checkpoints": not spec.interactive,  # each driver start looks for a resume point
-        "cleanup": spec.driver_restarts > 0,
-        "smoke": spec.smoke,
-        "driver_gate": spec.starts_driver_early,
-        "ray_logs": spec.keep_ray_logs > 0,
-    }
-    return [name for name, used in wanted.items() if used]
+    """The node programs (raysub/job/programs/<name>.py) this job's scripts run: its manifest rows."""
+    return [program.name for program in manifest.selected(spec)]
 
 
 @cache
@@ -136,7 +122,7 @@ def _import_names(source: str) -> tuple[str, ...]:
     names: list[str] = []
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.ImportFrom) and node.module:
-            # "from raysub.protocol import gcs" imports raysub.protocol and, as a module, its gcs.
+            # "from raysub.job.lib import gcs" imports raysub.protocol and, as a module, its gcs.
             names += [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
         elif isinstance(node, ast.Import):
             names += [alias.name for alias in node.names]
@@ -156,12 +142,12 @@ def _imported(module: Path, package: Path) -> set[Path]:
 
 def node_library(spec: JobSpec | None = None) -> list[tuple[str, Path]]:
     """What the batch script ships under LOG_DIR for the node programs: each program ``spec`` uses (every
-    one without a spec), the modules they import and their packages' __init__ (raysub/node/__init__.py
+    one without a spec), the modules they import and their packages' __init__ (raysub/job/__init__.py
     says what they may import); the early driver's gate goes apart, as sitecustomize. Each with its path
     under LOG_DIR."""
-    package = Path(__file__).resolve().parent
-    node = package / "node"
-    programs = node_programs(spec) if spec else [m.stem for m in node.glob("*.py") if m.stem != "__init__"]
+    package = Path(__file__).resolve().parents[1]
+    node = package / "job" / "programs"
+    programs = node_programs(spec) if spec else list(manifest.ROWS)
     gate = node / "driver_gate.py"
     todo = [node / f"{name}.py" for name in programs if name != gate.stem]
     modules: set[Path] = set()
@@ -215,6 +201,8 @@ def render(spec: JobSpec) -> str:
         "log_files": protocol.batch_log_files(spec.workers > 0, spec.sandbox is not None),
         "worker_log_format": protocol.worker_log_format(spec.workers),
         "payload_line": PAYLOAD_LINE,
+        "program_call": functools.partial(manifest.program_call, spec),
+        "program_args": functools.partial(manifest.program_args, spec),
     }
     scripts = []
     for name, template in EMBEDDED:

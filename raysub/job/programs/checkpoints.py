@@ -1,8 +1,9 @@
-"""Prints the newest complete checkpoint under a directory (raysub/protocol/checkpoints.py says which).
+"""Prints the newest complete checkpoint under a directory (raysub/job/lib/checkpoints.py says which).
 
-Run by the head at each driver start as ``python -m raysub.node.checkpoints DIR [--marker NAME]``: prints
-the newest complete checkpoint's absolute path and exits 0; prints nothing and exits 0 when there is none;
-exits 2 with a one-line error when DIR is not a directory or which checkpoint is the newest cannot be told.
+Run by the head at each driver start as ``python -m raysub.job.programs.checkpoints DIR [--marker NAME]``:
+prints the newest complete checkpoint's absolute path and exits 0; prints nothing and exits 0 when there is
+none; exits 2 with a one-line error when DIR is not a directory or which checkpoint is the newest cannot be
+told.
 """
 
 from __future__ import annotations
@@ -12,12 +13,12 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from raysub.protocol.checkpoints import AmbiguousCheckpoints, latest_checkpoint
+from raysub.job.lib.checkpoints import AmbiguousCheckpoints, latest_checkpoint
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m raysub.node.checkpoints",
+        prog="python -m raysub.job.programs.checkpoints",
         description="Print the newest complete checkpoint under DIR (nothing when there is none).",
     )
     parser.add_argument("directory", metavar="DIR", type=Path)

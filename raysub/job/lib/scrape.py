@@ -1,6 +1,7 @@
 """GPU, CPU and memory of every Ray node, for trainers: ``RayGpuMonitor`` inside a Ray driver, ``flush()``
-into wandb or tensorboard (docs/monitor.md). The job's own monitor sidecar (raysub/node/sidecar.py) uses it
-too, so this module is shipped to the nodes with it and keeps to the same rules (raysub/node/__init__.py).
+into wandb or tensorboard (docs/monitor.md). The job's own monitor sidecar (raysub/job/programs/sidecar.py)
+uses it too, so this module is shipped to the nodes with it and keeps to the same rules
+(raysub/job/programs/__init__.py).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from raysub.protocol import gcs
+from raysub.job.lib import gcs
 from raysub.protocol.readings import NodeMetrics, parse_node_metrics
 
 
