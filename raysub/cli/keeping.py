@@ -217,10 +217,11 @@ def watch(
     from raysub import watch as watching
     from raysub.health.checkup import Options, stall_check
     from raysub.watch_files import WatchError
+    from raysub.watch_rules import Backoff, Rules
 
     try:
         found = watching.find_target(target)
-        backoffs = watching.Backoff(backoff, backoff_max)
+        backoffs = Backoff(backoff, backoff_max)
         checkpoints = watching.Checkpoints.from_options(
             checkpoint_dir, checkpoint_marker, create_checkpoint_dir
         )
@@ -228,7 +229,7 @@ def watch(
         raise click.UsageError(str(error)) from error
     if checkpoints is not None and checkpoints.create:
         click.echo(f"raysub: cannot make {checkpoints.directory} here: each job's head makes it", err=True)
-    rules = watching.Rules(
+    rules = Rules(
         max_restarts=max_restarts,
         no_retry_exit_codes=no_retry,
         max_excluded=max_excluded,

@@ -34,7 +34,7 @@ FORMATS = {
 }
 # JSON that is not a LOG_DIR format: what raysub watch keeps about its own submissions, in its state
 # directory.
-OWN_JSON = {"raysub.watch"}
+OWN_JSON = {"raysub.watch_rules"}
 
 
 def floor(module: str) -> int:

@@ -17,28 +17,14 @@ from pathlib import Path
 
 import pytest
 
-from raysub import protocol, slurm
+from raysub import protocol, slurm, watch_rules
 from raysub import watch as watching
 from raysub.health.checkup import Finding, Severity
 from raysub.jobs import Job
 from raysub.slurm import BatchScript, SlurmState
-from raysub.watch import (
-    LOST,
-    STALLED,
-    Action,
-    Attempt,
-    Backoff,
-    Checkpoints,
-    Do,
-    Next,
-    Rules,
-    Settings,
-    Target,
-    WatchState,
-    decide,
-    load_state,
-)
+from raysub.watch import Checkpoints, Settings, Target, load_state
 from raysub.watch_files import KeptScript, WatchError, WatchFiles, kept_dir, locked
+from raysub.watch_rules import LOST, STALLED, Action, Attempt, Backoff, Do, Next, Rules, WatchState, decide
 from tests.conftest import RunCli
 from tests.unit.test_job_poll import FakeClock
 
@@ -560,7 +546,7 @@ def test_an_early_driver_that_fails_before_the_cluster_is_whole_is_a_quick_drive
     fake.on_submit = name_error
     final = watch(script, clock, Rules(max_restarts=10))
     assert len(fake.submitted) == 2, "submitted at most twice"
-    assert [(h.fault, h.quick) for h in final.history] == [(watching.FAULT_DRIVER, True)] * 2
+    assert [(h.fault, h.quick) for h in final.history] == [(watch_rules.FAULT_DRIVER, True)] * 2
     assert "NameError: name 'modle' is not defined" in (final.stopped or ""), final.stopped
 
 
@@ -582,7 +568,7 @@ def test_jobs_whose_cluster_never_came_up_are_counted_apart_and_three_in_a_row_s
     )
     final = watch(script, clock, Rules(max_restarts=10))
     assert len(fake.submitted) == 3
-    assert [(h.fault, h.quick) for h in final.history] == [(watching.FAULT_BRING_UP, False)] * 3
+    assert [(h.fault, h.quick) for h in final.history] == [(watch_rules.FAULT_BRING_UP, False)] * 3
     assert "3 jobs in a row that never started their driver" in (final.stopped or "")
     assert f"the last job's ENDED: {why}" in (final.stopped or ""), final.stopped
 
@@ -603,7 +589,7 @@ def test_a_driver_that_exits_0_after_the_warning_signal_is_interrupted_unless_it
     if finished:
         assert [h.outcome for h in final.history] == ["COMPLETED"]
     else:
-        assert [h.outcome for h in final.history] == [watching.INTERRUPTED, "COMPLETED"]
+        assert [h.outcome for h in final.history] == [watch_rules.INTERRUPTED, "COMPLETED"]
         assert final.restarts == 1
 
 
