@@ -30,6 +30,7 @@ from raysub.status import JobPoll
 from raysub.watch_files import KeptScript, WatchError, WatchFiles, locked
 from raysub.watch_rules import (
     FAULT_BRING_UP,
+    INTERVAL,
     OVER,
     Action,
     Attempt,
@@ -120,8 +121,8 @@ class Settings:
     the stall check, the clock, sleep and where each logged line is printed. Tests inject fakes."""
 
     rules: Rules = field(default_factory=Rules)
-    backoff: Backoff = field(default_factory=lambda: Backoff(60, 1800))
-    interval: float = 60.0  # seconds between two questions to Slurm
+    backoff: Backoff = field(default_factory=Backoff)
+    interval: float = INTERVAL  # seconds between two questions to Slurm
     checkpoints: Checkpoints | None = None
     stalled: Callable[[Job], "Finding | None"] = never_stalled
     # Seconds sbatch may take; then watch asks Slurm whether it queued the job anyway.

@@ -28,6 +28,11 @@ INTERRUPTED = "INTERRUPTED"
 # Why an attempt ended badly: its driver, or the bring-up before any driver started.
 FAULT_DRIVER = "driver"
 FAULT_BRING_UP = "bring-up"
+# Seconds between two questions to Slurm about the job watched (--interval).
+INTERVAL = 60.0
+# The backoff's base and maximum in seconds (--backoff, --backoff-max).
+BACKOFF_BASE = 60.0
+BACKOFF_MAX = 1800.0
 
 
 class Backoff:
@@ -40,7 +45,9 @@ class Backoff:
     random (watchers whose jobs a broken node took down together do not resubmit together).
     """
 
-    def __init__(self, base: float, maximum: float, rng: random.Random | None = None) -> None:
+    def __init__(
+        self, base: float = BACKOFF_BASE, maximum: float = BACKOFF_MAX, rng: random.Random | None = None
+    ) -> None:
         if not 0 <= base <= maximum:
             raise ValueError(f"the backoff base ({base:g} s) must be from 0 to the maximum ({maximum:g} s)")
         self.base = base

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from raysub import slurm
 from raysub.cli.options import (
     find_job,
     job_options,
@@ -15,6 +16,8 @@ from raysub.cli.options import (
     redraw_interval,
     seconds_option,
 )
+from raysub.health.options import Options
+from raysub.watch_rules import BACKOFF_BASE, BACKOFF_MAX, INTERVAL, Backoff, Rules
 
 
 @click.command()
@@ -26,14 +29,14 @@ from raysub.cli.options import (
 @click.option(
     "--gpu-idle-threshold",
     type=click.FloatRange(min=0, min_open=True, max=100),
-    default=5.0,
+    default=Options.gpu_idle_threshold,
     show_default=True,
     metavar="PCT",
     help="GPU utilisation (%) below which a GPU counts as idle.",
 )
 @seconds_option(
     "--gpu-idle-after",
-    600.0,
+    Options.gpu_idle_after,
     "SECONDS",
     "Unhealthy when every GPU has been idle this long while the driver runs.",
 )
@@ -69,8 +72,7 @@ def health(
       raysub health 4711
       raysub health --json --checkpoint-dir /lustre/ckpt/run7 --stall-after 900
     """
-    from raysub import slurm
-    from raysub.health.checkup import Options, check
+    from raysub.health.checkup import check
 
     found = find_job(job, base, attempt)
     options = Options(
@@ -100,22 +102,22 @@ def exit_codes(ctx: click.Context, param: click.Parameter, value: str) -> frozen
 @click.option(
     "--max-restarts",
     type=click.IntRange(min=0),
-    default=5,
+    default=Rules.max_restarts,
     show_default=True,
     help="Submit the script again at most this many times.",
 )
 @seconds_option(
     "--backoff",
-    60.0,
+    BACKOFF_BASE,
     "BASE",
     "Seconds before the first restart: BASE to 2*BASE, doubling with each restart (half of it random).",
 )
-@seconds_option("--backoff-max", 1800.0, "MAX", "The longest wait before a restart, in seconds.")
+@seconds_option("--backoff-max", BACKOFF_MAX, "MAX", "The longest wait before a restart, in seconds.")
 @progress_options(
     "Cancel and restart a job whose driver runs but has printed no new step and no new output for this "
     "long (as raysub health sees it)."
 )
-@redraw_interval(60.0, "Seconds between two questions to Slurm about the job.")
+@redraw_interval(INTERVAL, "Seconds between two questions to Slurm about the job.")
 @click.option(
     "--no-retry-exit-codes",
     "no_retry",
@@ -145,28 +147,28 @@ def exit_codes(ctx: click.Context, param: click.Parameter, value: str) -> frozen
 @click.option(
     "--max-excluded",
     type=click.IntRange(min=0),
-    default=4,
+    default=Rules.max_excluded,
     show_default=True,
     help="Leave at most this many nodes out of later jobs (sbatch --exclude) after a job named them as "
     "failed (a dead node, a failed GPU check, a node that never joined). 0: never.",
 )
 @seconds_option(
     "--quick-failure",
-    60.0,
+    Rules.quick_failure,
     "SECONDS",
     "A driver run that fails this soon after its own start fails quickly (restarts in the allocation "
     "before it do not count); two jobs in a row that fail quickly end the run.",
 )
 @seconds_option(
     "--submit-retry-for",
-    3600.0,
+    Rules.submit_retry_for,
     "SECONDS",
     "Keep trying a submission that fails (a controller that is down or slow) this long; such failures "
     "use up no --max-restarts.",
 )
 @seconds_option(
     "--sbatch-timeout",
-    30.0,
+    slurm.TIMEOUT,
     "SECONDS",
     "How long sbatch may take; then watch asks Slurm whether it queued the job anyway (by the comment "
     "it gives each submission) before submitting again.",
@@ -215,9 +217,8 @@ def watch(
       raysub watch 4711 --no-retry-exit-codes 2
     """
     from raysub import watch as watching
-    from raysub.health.checkup import Options, stall_check
+    from raysub.health.checkup import stall_check
     from raysub.watch_files import WatchError
-    from raysub.watch_rules import Backoff, Rules
 
     try:
         found = watching.find_target(target)
