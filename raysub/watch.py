@@ -1,8 +1,8 @@
 """raysub watch: keep a job script's run going through failures, time limits, preemption and stalls.
 
 A run submits the script (or adopts a job already submitted), asks Slurm about the job every interval, and
-when the job ends badly waits a backoff and submits the script again, until a job succeeds or a restart is
-not worth it. Each job finds its own resume point in the checkpoint directory when its driver starts
+when the job ends badly waits a backoff and submits the script again, until a job succeeds or a resubmission
+is not worth it. Each job finds its own resume point in the checkpoint directory when its driver starts
 (RAYSUB_CHECKPOINT_DIR, read by the head): watch never fixes one at submit time, so a job Slurm requeues
 resumes from the newest checkpoint too. raysub.watch_rules decides what to do (the run's state, the
 backoff, :func:`~raysub.watch_rules.decide`); here :class:`Watcher` does it (the I/O: Slurm through
@@ -209,7 +209,7 @@ class Watcher:
         self.note("the run succeeded" if succeeded else "the run gave up")
 
     def _back_off(self, now: float) -> None:
-        delay = self.settings.backoff.delay(self.state.restarts)
+        delay = self.settings.backoff.delay(self.state.resubmissions)
         self._next(Next.SUBMIT, now + delay)
         self.note(f"submitting {self.state.script} again in {delay:.0f} s, at {stamp(now + delay)}")
 
@@ -272,7 +272,7 @@ class Watcher:
 
     def _submit_failed(self, error: slurm.SlurmError) -> None:
         """A submission failed: stop when it is the run's first and the error is not the controller's,
-        else try again after a backoff, until --submit-retry-for has passed. No restart is used up."""
+        else try again after a backoff, until --submit-retry-for has passed. No resubmission is used up."""
         state, now = self.state, self.clock()
         if not state.history and not error.transient and not state.submit_failures:
             raise WatchError(f"could not submit {state.script}: {error}")
@@ -296,20 +296,22 @@ class Watcher:
             return
         delay = self.settings.backoff.delay(state.submit_failures - 1)
         self._next(Next.SUBMIT, now + delay)
-        self.note(f"asking Slurm again in {delay:.0f} s, at {stamp(now + delay)}; no restart is used up")
+        self.note(f"asking Slurm again in {delay:.0f} s, at {stamp(now + delay)}; no resubmission is used up")
 
     def _submitted(self, job_id: str) -> None:
         state, now = self.state, self.clock()
         first = not state.history
         if not first:
-            state.restarts += 1
+            state.resubmissions += 1
         state.token, state.submit_failures, state.submit_failing_since = None, 0, None
         state.history.append(Attempt(job_id, now))
         state.job_id = job_id
         self._next(Next.POLL, now + self.settings.interval)
-        restart = f" (restart {state.restarts} of {self.rules.max_restarts})" if not first else ""
+        counted = (
+            f" (resubmission {state.resubmissions} of {self.rules.max_resubmissions})" if not first else ""
+        )
         without = f", leaving out {','.join(state.excluded)}" if state.excluded else ""
-        self.note(f"submitted {state.script} as job {job_id}{restart}{without}")
+        self.note(f"submitted {state.script} as job {job_id}{counted}{without}")
 
     def _slurm_state(self, job_id: str) -> slurm.SlurmState:
         if self._poll is None or self._poll.job.job_id != job_id:
@@ -545,7 +547,7 @@ def open_run(files: WatchFiles, target: Target, now: float) -> tuple[WatchState,
     else:
         state = previous
         doing = f"watching job {state.job_id}" if state.job_id else f"next: {state.next_action}"
-        start = f"resuming the run of {state.script}: {state.restarts} restarts so far, {doing}"
+        start = f"resuming the run of {state.script}: {state.resubmissions} resubmissions so far, {doing}"
         if state.script_copy is None:  # a run from before watch kept copies
             kept = KeptScript.make(Path(state.script))
             state.script_copy = str(kept.copy)

@@ -10,13 +10,15 @@ from enum import StrEnum
 
 from raysub.status import FINAL_STATES
 
-# The state file's format; version 1 files (without the fields version 2 added) still load.
-STATE_VERSION = 2
+# The state file's format. Older files still load: version 1 lacks the fields version 2 added, and both
+# count resubmissions under their old name, OLD_RESUBMISSIONS (a watcher of an older raysub keeps its run).
+STATE_VERSION = 3
+OLD_RESUBMISSIONS = "restarts"
 # Slurm states after which a job is over: raysub status's, and DEADLINE (sbatch --deadline passed).
 OVER = FINAL_STATES | {"DEADLINE"}
 # Over for a reason outside the driver: the same script will likely get further next time.
 RETRY = frozenset({"TIMEOUT", "PREEMPTED", "NODE_FAIL", "BOOT_FAIL"})
-# Over because the job failed: restarted unless the failure looks like one that will happen again.
+# Over because the job failed: resubmitted unless the failure looks like one that will happen again.
 FAILED = frozenset({"FAILED", "OUT_OF_MEMORY"})
 # The outcome recorded for a job that watch cancelled because it stalled.
 STALLED = "STALLED"
@@ -36,13 +38,13 @@ BACKOFF_MAX = 1800.0
 
 
 class Backoff:
-    """How long to wait before a restart: exponential, with equal jitter, inside [base, maximum].
+    """How long to wait before a resubmission: exponential, with equal jitter, inside [base, maximum].
 
-    Before restart ``attempt`` (0 for the first) the ceiling is ``base * 2 ** (attempt + 1)``, at most
-    ``maximum``; the delay is drawn uniformly from the upper half of the ceiling and is never below
-    ``base``. So the first restart waits base to 2·base, the second 2·base to 4·base, and so on up to
-    maximum/2 to maximum. Half of each delay is fixed (a restart never follows a failure at once) and half
-    random (watchers whose jobs a broken node took down together do not resubmit together).
+    Before resubmission ``attempt`` (0 for the first) the ceiling is ``base * 2 ** (attempt + 1)``, at
+    most ``maximum``; the delay is drawn uniformly from the upper half of the ceiling and is never below
+    ``base``. So the first resubmission waits base to 2·base, the second 2·base to 4·base, and so on up
+    to maximum/2 to maximum. Half of each delay is fixed (a resubmission never follows a failure at once)
+    and half random (watchers whose jobs a broken node took down together do not resubmit together).
     """
 
     def __init__(
@@ -64,7 +66,7 @@ class Backoff:
 class Rules:
     """When a run stops short of success."""
 
-    max_restarts: int = 5
+    max_resubmissions: int = 5
     no_retry_exit_codes: frozenset[int] = frozenset()
     # A driver that fails this soon after it started failed "quickly"; two such jobs in a row end the run.
     quick_failure: float = 60.0
@@ -74,7 +76,8 @@ class Rules:
     bring_up_failures: int = 3
     # Nodes named as failed are left out of later jobs, at most this many (sbatch --exclude).
     max_excluded: int = 4
-    # Failed submissions are retried for this long (from the first failure of a row); they use up no restart.
+    # Failed submissions are retried for this long (from the first failure of a row); they use up no
+    # resubmission.
     submit_retry_for: float = 3600.0
 
 
@@ -111,7 +114,7 @@ class WatchState:
     script: str
     workdir: str  # where sbatch runs: the jobs' submit directory
     job_id: str | None = None  # the job being watched; None while none is
-    restarts: int = 0  # submissions after the first (failed ones included)
+    resubmissions: int = 0  # jobs submitted after the run's first (failed sbatch calls do not count)
     next_action: Next = Next.SUBMIT
     next_action_at: float | None = None
     stopped: str | None = None  # why the run is over
@@ -146,8 +149,10 @@ class WatchState:
     def from_json(cls, text: str) -> "WatchState":
         """The state ``to_json`` wrote; ValueError when ``text`` is not one."""
         data = json.loads(text)
-        if not isinstance(data, dict) or data.pop("version", None) not in (1, STATE_VERSION):
-            raise ValueError(f"not a raysub watch state of version 1 or {STATE_VERSION}")
+        if not isinstance(data, dict) or data.pop("version", None) not in range(1, STATE_VERSION + 1):
+            raise ValueError(f"not a raysub watch state of version 1 to {STATE_VERSION}")
+        if OLD_RESUBMISSIONS in data:
+            data["resubmissions"] = data.pop(OLD_RESUBMISSIONS)
         try:
             history = [Attempt(**entry) for entry in data.pop("history", [])]
             state = cls(**data, history=history)
@@ -165,7 +170,7 @@ class WatchState:
 
 class Do(StrEnum):
     WAIT = "wait"  # ask Slurm again after the interval
-    RESTART = "restart"  # back off, then submit the script again
+    RESUBMIT = "resubmit"  # back off, then submit the script again
     STOP = "stop"  # the run is over
 
 
@@ -192,12 +197,13 @@ class Seen:
     bring_up: bool = False  # the LOG_DIR is there and no driver ever started in it
 
 
-def _restart(state: WatchState, rules: Rules, action: Action) -> Action:
-    """``action`` (a restart), or a stop when no restarts are left."""
-    if state.restarts >= rules.max_restarts:
-        reason = f"{action.reason}; no restarts left (--max-restarts {rules.max_restarts})"
+def _resubmit(state: WatchState, rules: Rules, action: Action) -> Action:
+    """``action`` (a resubmission), or a stop when no resubmissions are left."""
+    most = rules.max_resubmissions
+    if state.resubmissions >= most:
+        reason = f"{action.reason}; no resubmissions left (--max-resubmissions {most})"
         return replace(action, do=Do.STOP, reason=reason)
-    return replace(action, reason=f"{action.reason}; restart {state.restarts + 1} of {rules.max_restarts}")
+    return replace(action, reason=f"{action.reason}; resubmission {state.resubmissions + 1} of {most}")
 
 
 def _bring_up_row(state: WatchState) -> int:
@@ -215,22 +221,22 @@ def _failed(state: WatchState, slurm_state: str, exit_code: int | None, seen: Se
     what = f"job {state.job_id} {slurm_state}{code}"
     if seen.bring_up:
         what = f"{what} before its driver started"
-        failed = Action(Do.RESTART, what, outcome=slurm_state, fault=FAULT_BRING_UP)
+        failed = Action(Do.RESUBMIT, what, outcome=slurm_state, fault=FAULT_BRING_UP)
         row = _bring_up_row(state) + 1
         if row >= rules.bring_up_failures:
             reason = f"{what}: {row} jobs in a row that never started their driver"
             return replace(failed, do=Do.STOP, reason=reason)
-        return _restart(state, rules, failed)
+        return _resubmit(state, rules, failed)
     took = None if seen.started is None or seen.ended is None else seen.ended - seen.started
     quick = took is not None and took < rules.quick_failure
-    failed = Action(Do.RESTART, what, outcome=slurm_state, quick=quick, fault=FAULT_DRIVER)
+    failed = Action(Do.RESUBMIT, what, outcome=slurm_state, quick=quick, fault=FAULT_DRIVER)
     if exit_code is not None and exit_code in rules.no_retry_exit_codes:
         return replace(failed, do=Do.STOP, reason=f"{what}, which --no-retry-exit-codes lists")
     previous = state.previous
     if quick and previous is not None and previous.quick:
         reason = f"{what} within {rules.quick_failure:g} s of its driver's start, as did the job before"
         return replace(failed, do=Do.STOP, reason=f"{reason}: it will fail again")
-    return _restart(state, rules, failed)
+    return _resubmit(state, rules, failed)
 
 
 def decide(
@@ -265,19 +271,19 @@ def decide(
     if slurm_state not in OVER:
         if stalled:
             stall = f"{job} stalled ({slurm_state}): cancelling it"
-            return _restart(state, rules, Action(Do.RESTART, stall, cancel=True, outcome=STALLED))
+            return _resubmit(state, rules, Action(Do.RESUBMIT, stall, cancel=True, outcome=STALLED))
         return Action(Do.WAIT, f"{job} is {slurm_state}")
     if slurm_state == "COMPLETED" and not exit_code and seen.interrupted:
         reason = (
             f"{job} completed, but its driver exited 0 after the warning signal without declaring the "
             "training finished: interrupted"
         )
-        return _restart(state, rules, Action(Do.RESTART, reason, outcome=INTERRUPTED))
+        return _resubmit(state, rules, Action(Do.RESUBMIT, reason, outcome=INTERRUPTED))
     if slurm_state == "COMPLETED" and not exit_code:
         return Action(Do.STOP, f"{job} completed", outcome=slurm_state, succeeded=True)
     if slurm_state in RETRY:
-        return _restart(state, rules, Action(Do.RESTART, f"{job} ended {slurm_state}", outcome=slurm_state))
+        return _resubmit(state, rules, Action(Do.RESUBMIT, f"{job} ended {slurm_state}", outcome=slurm_state))
     if slurm_state in FAILED or slurm_state == "COMPLETED":
         return _failed(state, slurm_state, exit_code, seen, rules)
-    reason = f"{job} ended {slurm_state}, which raysub watch does not restart"
+    reason = f"{job} ended {slurm_state}, which raysub watch does not resubmit"
     return Action(Do.STOP, reason, outcome=slurm_state)

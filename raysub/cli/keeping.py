@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 
 from raysub import slurm
 from raysub.cli.options import (
@@ -97,25 +98,37 @@ def exit_codes(ctx: click.Context, param: click.Parameter, value: str) -> frozen
     return frozenset(int(code) for code in codes)
 
 
+def resubmissions(most: int, old_name: int | None) -> int:
+    """--max-resubmissions, or what --max-restarts, its old name (hidden now), gave; not both."""
+    if old_name is None:
+        return most
+    if click.get_current_context().get_parameter_source("max_resubmissions") is not ParameterSource.DEFAULT:
+        raise click.UsageError("--max-restarts is the old name of --max-resubmissions: give only one of them")
+    click.echo("raysub: warning: watch --max-restarts is now watch --max-resubmissions", err=True)
+    return old_name
+
+
 @click.command()
 @click.argument("target", metavar="JOB_SCRIPT|JOB")
 @click.option(
-    "--max-restarts",
+    "--max-resubmissions",
     type=click.IntRange(min=0),
-    default=Rules.max_restarts,
+    default=Rules.max_resubmissions,
     show_default=True,
+    metavar="N",
     help="Submit the script again at most this many times.",
 )
+@click.option("--max-restarts", "max_restarts", type=click.IntRange(min=0), hidden=True)
 @seconds_option(
     "--backoff",
     BACKOFF_BASE,
     "BASE",
-    "Seconds before the first restart: BASE to 2*BASE, doubling with each restart (half of it random).",
+    "Seconds before the first resubmission: BASE to 2*BASE, doubling with each one (half of it random).",
 )
-@seconds_option("--backoff-max", BACKOFF_MAX, "MAX", "The longest wait before a restart, in seconds.")
+@seconds_option("--backoff-max", BACKOFF_MAX, "MAX", "The longest wait before a resubmission, in seconds.")
 @progress_options(
-    "Cancel and restart a job whose driver runs but has printed no new step and no new output for this "
-    "long (as raysub health sees it)."
+    "Cancel and resubmit a job whose driver runs but has printed no new training step and no new output "
+    "for this long (as raysub health sees it)."
 )
 @redraw_interval(INTERVAL, "Seconds between two questions to Slurm about the job.")
 @click.option(
@@ -156,15 +169,15 @@ def exit_codes(ctx: click.Context, param: click.Parameter, value: str) -> frozen
     "--quick-failure",
     Rules.quick_failure,
     "SECONDS",
-    "A driver run that fails this soon after its own start fails quickly (restarts in the allocation "
-    "before it do not count); two jobs in a row that fail quickly end the run.",
+    "A driver run that fails this soon after its own start fails quickly (the driver's earlier runs in "
+    "the same allocation do not count); two jobs in a row that fail quickly end the run.",
 )
 @seconds_option(
     "--submit-retry-for",
     Rules.submit_retry_for,
     "SECONDS",
     "Keep trying a submission that fails (a controller that is down or slow) this long; such failures "
-    "use up no --max-restarts.",
+    "use up no --max-resubmissions.",
 )
 @seconds_option(
     "--sbatch-timeout",
@@ -181,7 +194,8 @@ def exit_codes(ctx: click.Context, param: click.Parameter, value: str) -> frozen
 )
 def watch(
     target: str,
-    max_restarts: int,
+    max_resubmissions: int,
+    max_restarts: int | None,
     backoff: float,
     backoff_max: float,
     interval: float,
@@ -205,21 +219,22 @@ def watch(
     waits a backoff and submits the script again, from the same directory, leaving out nodes the job
     named as failed. Each job resumes from the newest checkpoint in --checkpoint-dir when its driver
     starts. It stops when a job completes with exit code 0 (exit status 0), and gives up (exit status 1)
-    after --max-restarts, on an exit code of --no-retry-exit-codes, when the driver fails within
+    after --max-resubmissions, on an exit code of --no-retry-exit-codes, when the driver fails within
     --quick-failure of its start in two jobs in a row, or when three jobs in a row never started their
-    driver. Every
-    decision is printed and logged; run it again and it resumes the run, watching the same job.
+    driver. Every decision is printed and logged; run it again and it resumes the run, watching the same
+    job.
 
     \b
     Example:
       raysub render --nodes 4 -t 4:00:00 -- python train.py > job.sub
-      raysub watch job.sub --checkpoint-dir ckpt --max-restarts 10
+      raysub watch job.sub --checkpoint-dir ckpt --max-resubmissions 10
       raysub watch 4711 --no-retry-exit-codes 2
     """
     from raysub import watch as watching
     from raysub.health.checkup import stall_check
     from raysub.watch_files import WatchError
 
+    most = resubmissions(max_resubmissions, max_restarts)
     try:
         found = watching.find_target(target)
         backoffs = Backoff(backoff, backoff_max)
@@ -231,7 +246,7 @@ def watch(
     if checkpoints is not None and checkpoints.create:
         click.echo(f"raysub: cannot make {checkpoints.directory} here: each job's head makes it", err=True)
     rules = Rules(
-        max_restarts=max_restarts,
+        max_resubmissions=most,
         no_retry_exit_codes=no_retry,
         max_excluded=max_excluded,
         quick_failure=quick_failure,
