@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from itertools import groupby, pairwise
 
 from raysub import protocol
-from raysub.health.checkup import Options
+from raysub.health.options import Options
 from raysub.health.runs import DriverRun, JobRun, StepGap, read_job_run, step_gaps
 from raysub.job.lib.scrape import summarize
 from raysub.jobs import Job

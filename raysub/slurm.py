@@ -290,7 +290,7 @@ def cancel(job_id: str) -> None:
     _must("scancel", job_id)
 
 
-# How raysub attach and attach.sh reach a node of a running job: a step beside the others, sharing their
+# How raysub attach and attach.sh reach a node of a running job: a job step beside the others, sharing their
 # resources, with a terminal; and what it runs when given no command.
 ATTACH_OPTIONS = ("--overlap", "--nodes=1", "--ntasks=1", "--pty")
 ATTACH_SHELL = ("bash", "-l")

@@ -1,28 +1,25 @@
 """raysub watch: keep a job script's run going through failures, time limits, preemption and stalls.
 
 A run submits the script (or adopts a job already submitted), asks Slurm about the job every interval, and
-when the job ends badly waits a backoff and submits the script again, until a job succeeds or a restart is
-not worth it. Each job finds its own resume point in the checkpoint directory when its driver starts
+when the job ends badly waits a backoff and submits the script again, until a job succeeds or a resubmission
+is not worth it. Each job finds its own resume point in the checkpoint directory when its driver starts
 (RAYSUB_CHECKPOINT_DIR, read by the head): watch never fixes one at submit time, so a job Slurm requeues
-resumes from the newest checkpoint too. Three parts: :class:`Backoff` (how
-long to wait), :func:`decide` (what to do: a pure function of the run's state and what Slurm says) and
-:class:`Watcher` (the I/O: Slurm through raysub.slurm, the state file, the decision log). :func:`run` adds
-the lock and resuming. docs/watch.md describes the run for users.
+resumes from the newest checkpoint too. raysub.watch_rules decides what to do (the run's state, the
+backoff, :func:`~raysub.watch_rules.decide`); here :class:`Watcher` does it (the I/O: Slurm through
+raysub.slurm, the state file, the decision log), and :func:`run` adds the lock and resuming.
+docs/watch.md describes the run for users.
 """
 
 import importlib
 import itertools
-import json
 import os
-import random
 import re
 import secrets
 import socket
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
-from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -31,278 +28,28 @@ from raysub.jobs import Job
 from raysub.protocol.job_index import job_index_path, read_job_index
 from raysub.protocol.logdir import LogDir
 from raysub.resume import checkpoint_dir_problem
-from raysub.status import FINAL_STATES, JobPoll
+from raysub.status import JobPoll
 from raysub.watch_files import KeptScript, WatchError, WatchFiles, locked
+from raysub.watch_rules import (
+    FAULT_BRING_UP,
+    INTERVAL,
+    OVER,
+    Action,
+    Attempt,
+    Backoff,
+    Do,
+    Next,
+    Rules,
+    Seen,
+    WatchState,
+    decide,
+)
 
 if TYPE_CHECKING:
     from raysub.health.checkup import Finding
 
-# The state file's format; version 1 files (without the fields version 2 added) still load.
-STATE_VERSION = 2
-# Slurm states after which a job is over: raysub status's, and DEADLINE (sbatch --deadline passed).
-OVER = FINAL_STATES | {"DEADLINE"}
-# Over for a reason outside the driver: the same script will likely get further next time.
-RETRY = frozenset({"TIMEOUT", "PREEMPTED", "NODE_FAIL", "BOOT_FAIL"})
-# Over because the job failed: restarted unless the failure looks like one that will happen again.
-FAILED = frozenset({"FAILED", "OUT_OF_MEMORY"})
-# The outcome recorded for a job that watch cancelled because it stalled.
-STALLED = "STALLED"
-# The outcome recorded for a job Slurm stopped knowing before watch saw it end.
-LOST = "LOST"
-# The outcome recorded for a job whose driver exited 0 after the warning signal without declaring the
-# training finished (docs/watch.md, "Interrupted or finished"): resubmitted, like a time limit.
-INTERRUPTED = "INTERRUPTED"
-# Why an attempt ended badly: its driver, or the bring-up before any driver started.
-FAULT_DRIVER = "driver"
-FAULT_BRING_UP = "bring-up"
 # Lines of the driver's log quoted when watch gives up on quick failures.
 LAST_LINES = 8
-
-
-class Backoff:
-    """How long to wait before a restart: exponential, with equal jitter, inside [base, maximum].
-
-    Before restart ``attempt`` (0 for the first) the ceiling is ``base * 2 ** (attempt + 1)``, at most
-    ``maximum``; the delay is drawn uniformly from the upper half of the ceiling and is never below
-    ``base``. So the first restart waits base to 2·base, the second 2·base to 4·base, and so on up to
-    maximum/2 to maximum. Half of each delay is fixed (a restart never follows a failure at once) and half
-    random (watchers whose jobs a broken node took down together do not resubmit together).
-    """
-
-    def __init__(self, base: float, maximum: float, rng: random.Random | None = None) -> None:
-        if not 0 <= base <= maximum:
-            raise ValueError(f"the backoff base ({base:g} s) must be from 0 to the maximum ({maximum:g} s)")
-        self.base = base
-        self.maximum = maximum
-        self.rng = rng or random.Random()  # noqa: S311 (jitter, not cryptography)
-
-    def delay(self, attempt: int) -> float:
-        # Past 2**64 every ceiling is the maximum; the bound keeps the float finite.
-        ceiling = min(self.maximum, self.base * 2.0 ** (min(max(attempt, 0), 64) + 1))
-        return self.rng.uniform(max(self.base, ceiling / 2), ceiling)
-
-
-@dataclass(frozen=True)
-class Rules:
-    """When a run stops short of success."""
-
-    max_restarts: int = 5
-    no_retry_exit_codes: frozenset[int] = frozenset()
-    # A driver that fails this soon after it started failed "quickly"; two such jobs in a row end the run.
-    quick_failure: float = 60.0
-    # A job Slurm has not known for this long (no squeue, scontrol or sacct answer) ends the run.
-    lost_after: float = 600.0
-    # This many jobs in a row whose cluster never came up (no driver started) end the run.
-    bring_up_failures: int = 3
-    # Nodes named as failed are left out of later jobs, at most this many (sbatch --exclude).
-    max_excluded: int = 4
-    # Failed submissions are retried for this long (from the first failure of a row); they use up no restart.
-    submit_retry_for: float = 3600.0
-
-
-class Next(StrEnum):
-    """What the watcher does at ``next_action_at``."""
-
-    SUBMIT = "submit"  # submit the job script
-    POLL = "poll"  # ask Slurm about job_id
-    NONE = "none"  # nothing: the run is over (see ``stopped``)
-
-
-@dataclass
-class Attempt:
-    """One job of the run, as the history keeps it; times are epoch seconds."""
-
-    job_id: str
-    submitted_at: float | None = None  # None for a job watch adopted
-    resume_from: str | None = None
-    # The driver's start from its LOG_DIR's timeline.jsonl; for a job without a LOG_DIR that watch finds,
-    # when watch first saw it RUNNING.
-    started_at: float | None = None
-    ended_at: float | None = None  # when watch saw it over
-    outcome: str | None = None  # Slurm's final state, STALLED or LOST; None while the job is on
-    exit_code: int | None = None
-    quick: bool = False  # its last driver run failed within Rules.quick_failure of that run's start
-    fault: str | None = None  # FAULT_DRIVER or FAULT_BRING_UP for a job that ended badly
-    failed_nodes: list[str] = field(default_factory=list)  # nodes its LOG_DIR names as failed
-
-
-@dataclass
-class WatchState:
-    """The run, as the state file keeps it: enough for a new watcher to go on where the last one was."""
-
-    script: str
-    workdir: str  # where sbatch runs: the jobs' submit directory
-    job_id: str | None = None  # the job being watched; None while none is
-    restarts: int = 0  # submissions after the first (failed ones included)
-    next_action: Next = Next.SUBMIT
-    next_action_at: float | None = None
-    stopped: str | None = None  # why the run is over
-    succeeded: bool = False
-    unknown_since: float | None = None  # since when Slurm has not known job_id
-    watcher: str = ""  # pid@host of the watcher that wrote the file last
-    excluded: list[str] = field(default_factory=list)  # nodes left out of every later job (--exclude)
-    # The comment (sbatch --comment) of the submission under way: after an sbatch that failed or timed
-    # out, Slurm is asked whether a job carries it before anything is submitted again.
-    token: str | None = None
-    # The copy of the script every submission submits, made at the run's start (raysub.watch_files).
-    script_copy: str | None = None
-    submit_failures: int = 0  # failed submissions in a row
-    submit_failing_since: float | None = None
-    history: list[Attempt] = field(default_factory=list)
-
-    @property
-    def current(self) -> Attempt | None:
-        """The history's entry of the job being watched."""
-        last = self.history[-1] if self.history else None
-        return last if last is not None and last.job_id == self.job_id else None
-
-    @property
-    def previous(self) -> Attempt | None:
-        """The job before the one being watched."""
-        return self.history[-2] if self.current is not None and len(self.history) > 1 else None
-
-    def to_json(self) -> str:
-        return json.dumps({"version": STATE_VERSION, **asdict(self)}, indent=2) + "\n"
-
-    @classmethod
-    def from_json(cls, text: str) -> "WatchState":
-        """The state ``to_json`` wrote; ValueError when ``text`` is not one."""
-        data = json.loads(text)
-        if not isinstance(data, dict) or data.pop("version", None) not in (1, STATE_VERSION):
-            raise ValueError(f"not a raysub watch state of version 1 or {STATE_VERSION}")
-        try:
-            history = [Attempt(**entry) for entry in data.pop("history", [])]
-            state = cls(**data, history=history)
-            state.next_action = Next(state.next_action)
-        except TypeError as error:
-            raise ValueError(str(error)) from error
-        return state
-
-    def adopt(self, job_id: str, now: float) -> None:
-        """Watch ``job_id`` (a job this run did not submit) from now on."""
-        self.job_id = job_id
-        self.history.append(Attempt(job_id))
-        self.next_action, self.next_action_at = Next.POLL, now
-
-
-class Do(StrEnum):
-    WAIT = "wait"  # ask Slurm again after the interval
-    RESTART = "restart"  # back off, then submit the script again
-    STOP = "stop"  # the run is over
-
-
-@dataclass(frozen=True)
-class Action:
-    """What :func:`decide` says to do about the current job, and why."""
-
-    do: Do
-    reason: str
-    cancel: bool = False  # scancel the job first (it stalled)
-    outcome: str | None = None  # how the job ended, for the history; None while it is on
-    succeeded: bool = False
-    quick: bool = False
-    fault: str | None = None
-
-
-@dataclass(frozen=True)
-class Seen:
-    """What the job's LOG_DIR says, where watch found it (all unknown when it did not)."""
-
-    started: float | None = None  # when the last driver run started (None: no driver started)
-    ended: float | None = None  # when the driver ended
-    interrupted: bool = False  # the warning signal reached the driver and it did not declare itself finished
-    bring_up: bool = False  # the LOG_DIR is there and no driver ever started in it
-
-
-def _restart(state: WatchState, rules: Rules, action: Action) -> Action:
-    """``action`` (a restart), or a stop when no restarts are left."""
-    if state.restarts >= rules.max_restarts:
-        reason = f"{action.reason}; no restarts left (--max-restarts {rules.max_restarts})"
-        return replace(action, do=Do.STOP, reason=reason)
-    return replace(action, reason=f"{action.reason}; restart {state.restarts + 1} of {rules.max_restarts}")
-
-
-def _bring_up_row(state: WatchState) -> int:
-    """How many jobs in a row before the current one never started their driver."""
-    row = 0
-    for attempt in reversed(state.history[:-1] if state.current is not None else state.history):
-        if attempt.fault != FAULT_BRING_UP:
-            break
-        row += 1
-    return row
-
-
-def _failed(state: WatchState, slurm_state: str, exit_code: int | None, seen: Seen, rules: Rules) -> Action:
-    code = f" with exit code {exit_code}" if exit_code is not None else ""
-    what = f"job {state.job_id} {slurm_state}{code}"
-    if seen.bring_up:
-        what = f"{what} before its driver started"
-        failed = Action(Do.RESTART, what, outcome=slurm_state, fault=FAULT_BRING_UP)
-        row = _bring_up_row(state) + 1
-        if row >= rules.bring_up_failures:
-            reason = f"{what}: {row} jobs in a row that never started their driver"
-            return replace(failed, do=Do.STOP, reason=reason)
-        return _restart(state, rules, failed)
-    took = None if seen.started is None or seen.ended is None else seen.ended - seen.started
-    quick = took is not None and took < rules.quick_failure
-    failed = Action(Do.RESTART, what, outcome=slurm_state, quick=quick, fault=FAULT_DRIVER)
-    if exit_code is not None and exit_code in rules.no_retry_exit_codes:
-        return replace(failed, do=Do.STOP, reason=f"{what}, which --no-retry-exit-codes lists")
-    previous = state.previous
-    if quick and previous is not None and previous.quick:
-        reason = f"{what} within {rules.quick_failure:g} s of its driver's start, as did the job before"
-        return replace(failed, do=Do.STOP, reason=f"{reason}: it will fail again")
-    return _restart(state, rules, failed)
-
-
-def decide(
-    state: WatchState,
-    slurm_state: str | None,
-    exit_code: int | None,
-    started: float | None,
-    now: float,
-    *,
-    rules: Rules | None = None,
-    stalled: bool = False,
-    ended: float | None = None,
-    seen: Seen | None = None,
-) -> Action:
-    """What to do about the job the run is watching (``state.job_id``), given Slurm's state of it (None
-    when Slurm does not know it), its exit code (the driver's when known), when its last driver run
-    started and, if known, ``ended``, when the driver ended (default ``now``); ``stalled`` when the stall
-    check says so; ``seen``, what its LOG_DIR says (when given, its times win over ``started`` and
-    ``ended``). Pure: the caller does what the action says."""
-    rules = rules or Rules()
-    seen = seen or Seen(started=started, ended=ended)
-    seen = replace(seen, ended=now if seen.ended is None else seen.ended)
-    job = f"job {state.job_id}"
-    if slurm_state is None:
-        since = now if state.unknown_since is None else state.unknown_since
-        if now - since >= rules.lost_after:
-            reason = (
-                f"Slurm has not known {job} for {now - since:.0f} s: check it, then run raysub watch again"
-            )
-            return Action(Do.STOP, reason, outcome=LOST)
-        return Action(Do.WAIT, f"Slurm does not know {job}")
-    if slurm_state not in OVER:
-        if stalled:
-            stall = f"{job} stalled ({slurm_state}): cancelling it"
-            return _restart(state, rules, Action(Do.RESTART, stall, cancel=True, outcome=STALLED))
-        return Action(Do.WAIT, f"{job} is {slurm_state}")
-    if slurm_state == "COMPLETED" and not exit_code and seen.interrupted:
-        reason = (
-            f"{job} completed, but its driver exited 0 after the warning signal without declaring the "
-            "training finished: interrupted"
-        )
-        return _restart(state, rules, Action(Do.RESTART, reason, outcome=INTERRUPTED))
-    if slurm_state == "COMPLETED" and not exit_code:
-        return Action(Do.STOP, f"{job} completed", outcome=slurm_state, succeeded=True)
-    if slurm_state in RETRY:
-        return _restart(state, rules, Action(Do.RESTART, f"{job} ended {slurm_state}", outcome=slurm_state))
-    if slurm_state in FAILED or slurm_state == "COMPLETED":
-        return _failed(state, slurm_state, exit_code, seen, rules)
-    reason = f"{job} ended {slurm_state}, which raysub watch does not restart"
-    return Action(Do.STOP, reason, outcome=slurm_state)
 
 
 def never_stalled(job: Job) -> "Finding | None":
@@ -376,8 +123,8 @@ class Settings:
     the stall check, the clock, sleep and where each logged line is printed. Tests inject fakes."""
 
     rules: Rules = field(default_factory=Rules)
-    backoff: Backoff = field(default_factory=lambda: Backoff(60, 1800))
-    interval: float = 60.0  # seconds between two questions to Slurm
+    backoff: Backoff = field(default_factory=Backoff)
+    interval: float = INTERVAL  # seconds between two questions to Slurm
     checkpoints: Checkpoints | None = None
     stalled: Callable[[Job], "Finding | None"] = never_stalled
     # Seconds sbatch may take; then watch asks Slurm whether it queued the job anyway.
@@ -464,7 +211,7 @@ class Watcher:
         self.note("the run succeeded" if succeeded else "the run gave up")
 
     def _back_off(self, now: float) -> None:
-        delay = self.settings.backoff.delay(self.state.restarts)
+        delay = self.settings.backoff.delay(self.state.resubmissions)
         self._next(Next.SUBMIT, now + delay)
         self.note(f"submitting {self.state.script} again in {delay:.0f} s, at {stamp(now + delay)}")
 
@@ -527,7 +274,7 @@ class Watcher:
 
     def _submit_failed(self, error: slurm.SlurmError) -> None:
         """A submission failed: stop when it is the run's first and the error is not the controller's,
-        else try again after a backoff, until --submit-retry-for has passed. No restart is used up."""
+        else try again after a backoff, until --submit-retry-for has passed. No resubmission is used up."""
         state, now = self.state, self.clock()
         if not state.history and not error.transient and not state.submit_failures:
             raise WatchError(f"could not submit {state.script}: {error}")
@@ -551,20 +298,22 @@ class Watcher:
             return
         delay = self.settings.backoff.delay(state.submit_failures - 1)
         self._next(Next.SUBMIT, now + delay)
-        self.note(f"asking Slurm again in {delay:.0f} s, at {stamp(now + delay)}; no restart is used up")
+        self.note(f"asking Slurm again in {delay:.0f} s, at {stamp(now + delay)}; no resubmission is used up")
 
     def _submitted(self, job_id: str) -> None:
         state, now = self.state, self.clock()
         first = not state.history
         if not first:
-            state.restarts += 1
+            state.resubmissions += 1
         state.token, state.submit_failures, state.submit_failing_since = None, 0, None
         state.history.append(Attempt(job_id, now))
         state.job_id = job_id
         self._next(Next.POLL, now + self.settings.interval)
-        restart = f" (restart {state.restarts} of {self.rules.max_restarts})" if not first else ""
+        counted = (
+            f" (resubmission {state.resubmissions} of {self.rules.max_resubmissions})" if not first else ""
+        )
         without = f", leaving out {','.join(state.excluded)}" if state.excluded else ""
-        self.note(f"submitted {state.script} as job {job_id}{restart}{without}")
+        self.note(f"submitted {state.script} as job {job_id}{counted}{without}")
 
     def _slurm_state(self, job_id: str) -> slurm.SlurmState:
         if self._poll is None or self._poll.job.job_id != job_id:
@@ -800,7 +549,7 @@ def open_run(files: WatchFiles, target: Target, now: float) -> tuple[WatchState,
     else:
         state = previous
         doing = f"watching job {state.job_id}" if state.job_id else f"next: {state.next_action}"
-        start = f"resuming the run of {state.script}: {state.restarts} restarts so far, {doing}"
+        start = f"resuming the run of {state.script}: {state.resubmissions} resubmissions so far, {doing}"
         if state.script_copy is None:  # a run from before watch kept copies
             kept = KeptScript.make(Path(state.script))
             state.script_copy = str(kept.copy)

@@ -149,9 +149,11 @@ def profile_keys(command: click.Command) -> dict[str, click.Parameter]:
     "--srun-arg",
     "srun_args",
     multiple=True,
-    help="Extra option for every step's srun, e.g. --cpu-bind=none; not one raysub sets, e.g. --nodes.",
+    help="Extra option for every job step's srun, e.g. --cpu-bind=none; not one raysub sets, e.g. --nodes.",
 )
-@option("--mpi", metavar="TYPE", help="srun --mpi of every step, e.g. pmix (as ray.sub); default Slurm's.")
+@option(
+    "--mpi", metavar="TYPE", help="srun --mpi of every job step, e.g. pmix (as ray.sub); default Slurm's."
+)
 @option("--container-image", help="pyxis container image for the nodes; without it, the current environment.")
 @option("--container-mounts", help="pyxis --container-mounts (LOG_DIR is always mounted).")
 @option(

@@ -5,7 +5,9 @@ import sys
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 
+from raysub import slurm
 from raysub.cli.options import (
     find_job,
     job_options,
@@ -15,6 +17,8 @@ from raysub.cli.options import (
     redraw_interval,
     seconds_option,
 )
+from raysub.health.options import Options
+from raysub.watch_rules import BACKOFF_BASE, BACKOFF_MAX, INTERVAL, Backoff, Rules
 
 
 @click.command()
@@ -26,14 +30,14 @@ from raysub.cli.options import (
 @click.option(
     "--gpu-idle-threshold",
     type=click.FloatRange(min=0, min_open=True, max=100),
-    default=5.0,
+    default=Options.gpu_idle_threshold,
     show_default=True,
     metavar="PCT",
     help="GPU utilisation (%) below which a GPU counts as idle.",
 )
 @seconds_option(
     "--gpu-idle-after",
-    600.0,
+    Options.gpu_idle_after,
     "SECONDS",
     "Unhealthy when every GPU has been idle this long while the driver runs.",
 )
@@ -69,8 +73,7 @@ def health(
       raysub health 4711
       raysub health --json --checkpoint-dir /lustre/ckpt/run7 --stall-after 900
     """
-    from raysub import slurm
-    from raysub.health.checkup import Options, check
+    from raysub.health.checkup import check
 
     found = find_job(job, base, attempt)
     options = Options(
@@ -95,27 +98,39 @@ def exit_codes(ctx: click.Context, param: click.Parameter, value: str) -> frozen
     return frozenset(int(code) for code in codes)
 
 
+def resubmissions(most: int, old_name: int | None) -> int:
+    """--max-resubmissions, or what --max-restarts, its old name (hidden now), gave; not both."""
+    if old_name is None:
+        return most
+    if click.get_current_context().get_parameter_source("max_resubmissions") is not ParameterSource.DEFAULT:
+        raise click.UsageError("--max-restarts is the old name of --max-resubmissions: give only one of them")
+    click.echo("raysub: warning: watch --max-restarts is now watch --max-resubmissions", err=True)
+    return old_name
+
+
 @click.command()
 @click.argument("target", metavar="JOB_SCRIPT|JOB")
 @click.option(
-    "--max-restarts",
+    "--max-resubmissions",
     type=click.IntRange(min=0),
-    default=5,
+    default=Rules.max_resubmissions,
     show_default=True,
+    metavar="N",
     help="Submit the script again at most this many times.",
 )
+@click.option("--max-restarts", "max_restarts", type=click.IntRange(min=0), hidden=True)
 @seconds_option(
     "--backoff",
-    60.0,
+    BACKOFF_BASE,
     "BASE",
-    "Seconds before the first restart: BASE to 2*BASE, doubling with each restart (half of it random).",
+    "Seconds before the first resubmission: BASE to 2*BASE, doubling with each one (half of it random).",
 )
-@seconds_option("--backoff-max", 1800.0, "MAX", "The longest wait before a restart, in seconds.")
+@seconds_option("--backoff-max", BACKOFF_MAX, "MAX", "The longest wait before a resubmission, in seconds.")
 @progress_options(
-    "Cancel and restart a job whose driver runs but has printed no new step and no new output for this "
-    "long (as raysub health sees it)."
+    "Cancel and resubmit a job whose driver runs but has printed no new training step and no new output "
+    "for this long (as raysub health sees it)."
 )
-@redraw_interval(60.0, "Seconds between two questions to Slurm about the job.")
+@redraw_interval(INTERVAL, "Seconds between two questions to Slurm about the job.")
 @click.option(
     "--no-retry-exit-codes",
     "no_retry",
@@ -145,28 +160,28 @@ def exit_codes(ctx: click.Context, param: click.Parameter, value: str) -> frozen
 @click.option(
     "--max-excluded",
     type=click.IntRange(min=0),
-    default=4,
+    default=Rules.max_excluded,
     show_default=True,
     help="Leave at most this many nodes out of later jobs (sbatch --exclude) after a job named them as "
     "failed (a dead node, a failed GPU check, a node that never joined). 0: never.",
 )
 @seconds_option(
     "--quick-failure",
-    60.0,
+    Rules.quick_failure,
     "SECONDS",
-    "A driver run that fails this soon after its own start fails quickly (restarts in the allocation "
-    "before it do not count); two jobs in a row that fail quickly end the run.",
+    "A driver run that fails this soon after its own start fails quickly (the driver's earlier runs in "
+    "the same allocation do not count); two jobs in a row that fail quickly end the run.",
 )
 @seconds_option(
     "--submit-retry-for",
-    3600.0,
+    Rules.submit_retry_for,
     "SECONDS",
     "Keep trying a submission that fails (a controller that is down or slow) this long; such failures "
-    "use up no --max-restarts.",
+    "use up no --max-resubmissions.",
 )
 @seconds_option(
     "--sbatch-timeout",
-    30.0,
+    slurm.TIMEOUT,
     "SECONDS",
     "How long sbatch may take; then watch asks Slurm whether it queued the job anyway (by the comment "
     "it gives each submission) before submitting again.",
@@ -179,7 +194,8 @@ def exit_codes(ctx: click.Context, param: click.Parameter, value: str) -> frozen
 )
 def watch(
     target: str,
-    max_restarts: int,
+    max_resubmissions: int,
+    max_restarts: int | None,
     backoff: float,
     backoff_max: float,
     interval: float,
@@ -203,24 +219,25 @@ def watch(
     waits a backoff and submits the script again, from the same directory, leaving out nodes the job
     named as failed. Each job resumes from the newest checkpoint in --checkpoint-dir when its driver
     starts. It stops when a job completes with exit code 0 (exit status 0), and gives up (exit status 1)
-    after --max-restarts, on an exit code of --no-retry-exit-codes, when the driver fails within
+    after --max-resubmissions, on an exit code of --no-retry-exit-codes, when the driver fails within
     --quick-failure of its start in two jobs in a row, or when three jobs in a row never started their
-    driver. Every
-    decision is printed and logged; run it again and it resumes the run, watching the same job.
+    driver. Every decision is printed and logged; run it again and it resumes the run, watching the same
+    job.
 
     \b
     Example:
       raysub render --nodes 4 -t 4:00:00 -- python train.py > job.sub
-      raysub watch job.sub --checkpoint-dir ckpt --max-restarts 10
+      raysub watch job.sub --checkpoint-dir ckpt --max-resubmissions 10
       raysub watch 4711 --no-retry-exit-codes 2
     """
     from raysub import watch as watching
-    from raysub.health.checkup import Options, stall_check
+    from raysub.health.checkup import stall_check
     from raysub.watch_files import WatchError
 
+    most = resubmissions(max_resubmissions, max_restarts)
     try:
         found = watching.find_target(target)
-        backoffs = watching.Backoff(backoff, backoff_max)
+        backoffs = Backoff(backoff, backoff_max)
         checkpoints = watching.Checkpoints.from_options(
             checkpoint_dir, checkpoint_marker, create_checkpoint_dir
         )
@@ -228,8 +245,8 @@ def watch(
         raise click.UsageError(str(error)) from error
     if checkpoints is not None and checkpoints.create:
         click.echo(f"raysub: cannot make {checkpoints.directory} here: each job's head makes it", err=True)
-    rules = watching.Rules(
-        max_restarts=max_restarts,
+    rules = Rules(
+        max_resubmissions=most,
         no_retry_exit_codes=no_retry,
         max_excluded=max_excluded,
         quick_failure=quick_failure,

@@ -16,6 +16,8 @@ from raysub.cli.options import (
     step_regex_option,
     write_output,
 )
+from raysub.spec import JobSpec, Ports
+from raysub.status import SLURM_MIN_INTERVAL
 
 
 def deprecated_watch(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
@@ -30,7 +32,7 @@ def deprecated_watch(ctx: click.Context, param: click.Parameter, value: bool) ->
 @json_option("the status")
 @follow_option("Redraw until the driver starts or the job ends.")
 @click.option("--watch", is_flag=True, hidden=True, callback=deprecated_watch)
-@redraw_interval(2.0, "Seconds between redraws.")
+@redraw_interval(SLURM_MIN_INTERVAL, "Seconds between redraws.")
 def status(
     job: str | None,
     base: Path | None,
@@ -234,7 +236,7 @@ def ssh_login(given: str | None) -> str:
 @click.option(
     "--local-port",
     type=click.IntRange(1, 65535),
-    default=8265,
+    default=Ports.dashboard,
     show_default=True,
     help="The laptop's end of the tunnel (Ray's default dashboard port, which ray job submit assumes).",
 )
@@ -276,7 +278,7 @@ def dashboard(
     is_flag=True,
     help="Ask every node's metrics endpoint now, not the last snapshot in metrics.jsonl.",
 )
-@redraw_interval(5.0, "Seconds between redraws with --follow.")
+@redraw_interval(JobSpec.monitor_interval, "Seconds between redraws with --follow.")
 def monitor(
     job: str | None, base: Path | None, attempt: int | None, follow: bool, live: bool, interval: float
 ) -> None:

@@ -14,7 +14,9 @@ import click
 from click.shell_completion import CompletionItem
 
 from raysub import plan as planning
+from raysub.health.options import SLOW_STEP_FACTOR, SLOW_STEP_LIMIT_FACTOR, SLOW_STEP_LIMIT_FLOOR, Options
 from raysub.spec import JobSpec
+from raysub.status import SLURM_MIN_INTERVAL
 
 if TYPE_CHECKING:
     from raysub.jobs import Job
@@ -103,10 +105,11 @@ def seconds_option(
     )
 
 
-def log_dir_option(default: str, help_text: str) -> Callable[[F], F]:
-    """--log-dir of a command that reads jobs' LOG_DIRs: their base directory, as ``base``."""
+def log_dir_option(shown: str, help_text: str) -> Callable[[F], F]:
+    """--log-dir of a command that reads jobs' LOG_DIRs: their base directory, as ``base``; ``shown`` says
+    what the base is when it is not given."""
     path = click.Path(file_okay=False, path_type=Path)
-    return option("--log-dir", "base", type=path, show_default=default, help=help_text)
+    return option("--log-dir", "base", type=path, show_default=shown, help=help_text)
 
 
 def complete_job(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
@@ -163,10 +166,14 @@ def follow_option(help_text: str) -> Callable[[F], F]:
 
 
 def redraw_interval(default: float, help_text: str) -> Callable[[F], F]:
-    """--interval of a command that asks Slurm again and again (a redraw, a watch): at least 2 s, so
-    that no command hammers Slurm."""
+    """--interval of a command that asks Slurm again and again (a redraw, a watch): at least
+    SLURM_MIN_INTERVAL, so that no command hammers Slurm."""
     return click.option(
-        "--interval", type=click.FloatRange(min=2), default=default, show_default=True, help=help_text
+        "--interval",
+        type=click.FloatRange(min=SLURM_MIN_INTERVAL),
+        default=default,
+        show_default=True,
+        help=help_text,
     )
 
 
@@ -193,13 +200,13 @@ def progress_options(stall_help: str) -> Callable[[F], F]:
             type=click.FloatRange(min=1),
             metavar="SECONDS",
             help="A step that takes this long counts as stalled even while the driver keeps printing "
-            "(before, from 3 median step times on, it is a slow_step warning). Default: 10 median step "
-            "times, at least 2 hours.",
+            f"(before, from {SLOW_STEP_FACTOR:g} median step times on, it is a slow_step warning). Default: "
+            f"{SLOW_STEP_LIMIT_FACTOR:g} median step times, at least {SLOW_STEP_LIMIT_FLOOR / 3600:g} hours.",
         )(func)
         func = click.option(
             "--stall-after",
             type=click.FloatRange(min=1),
-            default=1800.0,
+            default=Options.stall_after,
             show_default=True,
             metavar="SECONDS",
             help=stall_help,

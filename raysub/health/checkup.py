@@ -17,6 +17,13 @@ from raysub import protocol
 from raysub.health import gpu_use, ray_fatal
 from raysub.health.fatal import fatal_lines
 from raysub.health.nccl import transport_findings, transports_by_node
+from raysub.health.options import (
+    SLOW_STEP_FACTOR,
+    SLOW_STEP_LIMIT_FACTOR,
+    SLOW_STEP_LIMIT_FLOOR,
+    SLOW_STEP_MIN,
+    Options,
+)
 from raysub.health.progress import Progress, Throughput
 from raysub.health.stall import DriverTail, median_step_time
 from raysub.job.lib.checkpoints import AmbiguousCheckpoints, latest_checkpoint
@@ -63,30 +70,6 @@ class Finding:
     reason: str  # one line
     node: str | None = None
     line: str | None = None  # the log line that shows it
-
-
-@dataclass(frozen=True)
-class Options:
-    step_regex: str | None = None
-    stall_after: float = 1800.0
-    gpu_idle_threshold: float = 5.0
-    gpu_idle_after: float = 600.0
-    checkpoint_dir: Path | None = None
-    checkpoint_marker: str | None = None
-    # How long a step may take while the driver keeps printing before it counts as stalled; None: the
-    # default, slow_step_limit() below.
-    slow_step_limit: float | None = None
-
-
-# A step that keeps printing is slow (a warning) past SLOW_STEP_FACTOR median steps and SLOW_STEP_MIN
-# seconds, and stalled past SLOW_STEP_LIMIT_FACTOR median steps, but never before SLOW_STEP_LIMIT_FLOOR:
-# an evaluation pass, a long rollout or a 70B checkpoint written to a parallel filesystem may well take an
-# hour or more, and cancelling it would throw that work away every time (docs/health.md, "Stalls and
-# slow steps").
-SLOW_STEP_FACTOR = 3.0
-SLOW_STEP_MIN = 60.0
-SLOW_STEP_LIMIT_FACTOR = 10.0
-SLOW_STEP_LIMIT_FLOOR = 2 * 3600.0
 
 
 # The version of ``raysub health --json``'s layout (docs/health.md): raised when a field changes meaning or

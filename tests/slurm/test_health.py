@@ -1,6 +1,6 @@
 """Training health on the real minicluster: a failed driver restarted in its allocation from the latest
 checkpoint, raysub health on a running job (healthy, with its step) and on a hung one (stalled), and
-raysub watch resubmitting a job whose node died and restarting a stalled one."""
+raysub watch resubmitting a job whose node died and resubmitting a stalled one."""
 
 import json
 import subprocess
@@ -92,7 +92,7 @@ def health(cluster: MiniCluster, logs: LogDir, *options: str) -> tuple[int, dict
     return done.returncode, report
 
 
-def test_health_says_healthy_with_the_step_then_stalled_and_watch_restarts_it(
+def test_health_says_healthy_with_the_step_then_stalled_and_watch_resubmits_it(
     minicluster: MiniCluster, slurm_tmp: Path
 ) -> None:
     hung_once = slurm_tmp / "hung_once"
@@ -116,7 +116,7 @@ def test_health_says_healthy_with_the_step_then_stalled_and_watch_restarts_it(
     assert report["step"] == 10
 
     watch = minicluster.run(
-        "raysub", "watch", str(job_id), "--log-dir", str(slurm_tmp), "--max-restarts", "1",
+        "raysub", "watch", str(job_id), "--log-dir", str(slurm_tmp), "--max-resubmissions", "1",
         "--stall-after", "4", "--backoff", "1", "--backoff-max", "2", "--interval", "2", check=False,
     )  # fmt: skip
     assert watch.returncode == 0, watch.stdout + watch.stderr
@@ -233,7 +233,7 @@ def test_watch_resubmits_a_job_that_lost_a_node_and_it_resumes(
     script.write_text(minicluster.run("raysub", "render", *render).stdout)
     watch = subprocess.Popen(
         ["raysub", "watch", str(script), "--checkpoint-dir", str(checkpoints), "--create-checkpoint-dir",
-         "--max-restarts", "2",
+         "--max-resubmissions", "2",
          "--backoff", "1", "--backoff-max", "2", "--interval", "2"],
         cwd=slurm_tmp, env=minicluster.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip

@@ -22,7 +22,7 @@ from tests.support.raysub_jobs import assert_clean, wait_for
 pytestmark = pytest.mark.slurm
 
 NO_GPUS = ["--gpus-per-node", "0"]
-# Quick restarts and a question to Slurm every 2 s.
+# Quick resubmissions and a question to Slurm every 2 s.
 FAST = ["--backoff", "1", "--backoff-max", "2", "--interval", "2"]
 
 
@@ -120,7 +120,9 @@ def test_a_watched_job_slurm_requeues_resumes_from_the_newest_checkpoint(
     checkpoints, running, script = checkpointing_job(
         minicluster, slurm_tmp, CHECKPOINTING_DRIVER, "--requeue"
     )
-    with watching(minicluster, script, "--checkpoint-dir", str(checkpoints), "--max-restarts", "1") as watch:
+    with watching(
+        minicluster, script, "--checkpoint-dir", str(checkpoints), "--max-resubmissions", "1"
+    ) as watch:
         wait_for(running)
         job_id = current_job(script)
         minicluster.run("scontrol", "requeue", str(job_id))
@@ -180,7 +182,7 @@ def test_a_long_step_that_keeps_printing_is_not_cancelled_but_a_silent_one_is(
     driver = slurm_tmp / "driver.py"
     driver.write_text(LONG_STEP_DRIVER)
     script = render(minicluster, slurm_tmp, "--", "python", str(driver), output)
-    with watching(minicluster, script, "--stall-after", "6", "--max-restarts", "0") as watch:
+    with watching(minicluster, script, "--stall-after", "6", "--max-resubmissions", "0") as watch:
         text = finish(watch)
     outcomes = [entry["outcome"] for entry in history(script)]
     if output == "printing":
@@ -208,7 +210,7 @@ def test_a_driver_that_fails_at_once_is_submitted_at_most_twice_despite_its_rest
         "python",
         str(driver),
     )
-    with watching(minicluster, script, "--quick-failure", "10", "--max-restarts", "5") as watch:
+    with watching(minicluster, script, "--quick-failure", "10", "--max-resubmissions", "5") as watch:
         output = finish(watch, timeout=300)
     assert watch.returncode == 1, output
     assert len(job_ids(script)) == 2, output
@@ -267,7 +269,9 @@ def test_a_driver_that_saves_on_the_warning_signal_and_exits_0_is_resubmitted_an
     minicluster: MiniCluster, slurm_tmp: Path
 ) -> None:
     checkpoints, running, script = checkpointing_job(minicluster, slurm_tmp, SIGNALLED_DRIVER)
-    with watching(minicluster, script, "--checkpoint-dir", str(checkpoints), "--max-restarts", "1") as watch:
+    with watching(
+        minicluster, script, "--checkpoint-dir", str(checkpoints), "--max-resubmissions", "1"
+    ) as watch:
         wait_for(running)
         minicluster.run("scancel", "--batch", "--signal=USR1", str(current_job(script)))
         output = finish(watch)

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from raysub import protocol
-from raysub.health.checkup import Finding, Options, Severity, StallCheck, Verdict, check, stall_check
+from raysub.health.checkup import Finding, Severity, StallCheck, Verdict, check, stall_check
+from raysub.health.options import Options
 from raysub.health.stall import CARRY_MAX, DriverTail, median_step_time, step_times
 from raysub.jobs import Job
 from raysub.protocol.logdir import LogDir, NodeEntry, ProgressSeen

@@ -9,12 +9,16 @@ and only raysub.protocol parses JSON. A default is written once.
 """
 
 import ast
+import inspect
 from collections.abc import Iterator
 from pathlib import Path
 
+import click
 import pytest
 
 import raysub
+from raysub.cli import cli
+from raysub.cli import options as cli_options
 
 PACKAGE = Path(raysub.__file__).parent
 MODULES = {
@@ -34,7 +38,8 @@ FORMATS = {
 }
 # JSON that is not a LOG_DIR format: what raysub watch keeps about its own submissions, in its state
 # directory.
-OWN_JSON = {"raysub.watch", "raysub.job.lib.checkpoints"}
+# The checkpoint finder reads a trainer's own metadata next to its checkpoints.
+OWN_JSON = {"raysub.watch_rules", "raysub.job.lib.checkpoints"}
 
 
 def floor(module: str) -> int:
@@ -45,8 +50,11 @@ def floor(module: str) -> int:
     if module == "raysub.job" or module.startswith("raysub.job.lib"):
         return 1
     if module in ("raysub.cli", "raysub.__main__") or module.startswith("raysub.cli."):
-        return 3
+        return CLI
     return 2
+
+
+CLI = 3  # the command line's floor
 
 
 def imports(module: str) -> Iterator[str]:
@@ -145,6 +153,65 @@ def test_no_two_modules_define_the_same_default() -> None:
     for module, name, _ in literal_defaults():
         if name.isupper():
             assert seen.setdefault(name, module) == module, f"{name} is defined in {seen[name]} and {module}"
+
+
+def written_defaults() -> Iterator[tuple[str, int, object]]:
+    """(module, line, value) of each number or text written out as an option's default in raysub.cli: the
+    ``default=`` of any call (click.option and raysub.cli.options' helpers alike), and the argument a helper
+    takes as its parameter ``default`` (``seconds_option("--backoff", 60.0, ...)``). Empty text, the
+    absence of a value, is none."""
+    helpers = {
+        name: list(inspect.signature(helper).parameters).index("default")
+        for name, helper in vars(cli_options).items()
+        if inspect.isfunction(helper) and "default" in inspect.signature(helper).parameters
+    }
+    for module, path in MODULES.items():
+        if floor(module) != CLI:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Call):
+                continue
+            given = [keyword.value for keyword in node.keywords if keyword.arg == "default"]
+            name = node.func.id if isinstance(node.func, ast.Name) else None
+            if name in helpers and len(node.args) > helpers[name]:
+                given.append(node.args[helpers[name]])
+            for value in given:
+                if (
+                    isinstance(value, ast.Constant)
+                    and type(value.value) in (int, float, str)
+                    and value.value != ""
+                ):
+                    yield module, value.lineno, value.value
+
+
+def option_defaults() -> Iterator[tuple[str, str, object]]:
+    """(command, option, default) of every option of every raysub command whose default is a number."""
+    group = click.Context(cli)
+    for name in cli.list_commands(group):
+        command = cli.get_command(group, name)
+        assert command is not None
+        for param in command.params:
+            if isinstance(param, click.Option) and type(param.default) in (int, float):
+                yield name, param.opts[0], param.default
+
+
+def test_the_command_line_writes_no_default_of_its_own() -> None:
+    """An option's default is the library's named constant or dataclass field (``Rules.max_excluded``),
+    never the value written again in raysub.cli."""
+    written = [f"{module}, line {line}: default {value!r}" for module, line, value in written_defaults()]
+    assert not written, "take these defaults from the library's names: " + "; ".join(written)
+
+
+def test_every_options_default_is_a_library_value() -> None:
+    """Every number an option defaults to is the value of a named default of the library, and no constant
+    of raysub.cli holds it a second time."""
+    library = {value for module, _, value in literal_defaults() if floor(module) != CLI}
+    mine = {value: f"{module}.{name}" for module, name, value in literal_defaults() if floor(module) == CLI}
+    for command, option, default in option_defaults():
+        assert default in library, f"raysub {command} {option}: its default {default!r} is no library default"
+        assert default not in mine, (
+            f"raysub {command} {option}: its default is written again as {mine[default]}"
+        )
 
 
 def test_the_job_specs_defaults_are_not_written_again_in_a_node_program() -> None:

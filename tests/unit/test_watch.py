@@ -17,30 +17,16 @@ from pathlib import Path
 
 import pytest
 
-from raysub import protocol, slurm
+from raysub import protocol, slurm, watch_rules
 from raysub import watch as watching
 from raysub.health.checkup import Finding, Severity
 from raysub.jobs import Job
 from raysub.protocol.job_index import IndexEntry, append_job_index
 from raysub.protocol.logdir import LogDir
 from raysub.slurm import BatchScript, SlurmState
-from raysub.watch import (
-    LOST,
-    STALLED,
-    Action,
-    Attempt,
-    Backoff,
-    Checkpoints,
-    Do,
-    Next,
-    Rules,
-    Settings,
-    Target,
-    WatchState,
-    decide,
-    load_state,
-)
+from raysub.watch import Checkpoints, Settings, Target, load_state
 from raysub.watch_files import KeptScript, WatchError, WatchFiles, kept_dir, locked
+from raysub.watch_rules import LOST, STALLED, Action, Attempt, Backoff, Do, Next, Rules, WatchState, decide
 from tests.conftest import RunCli
 from tests.unit.test_job_poll import FakeClock
 
@@ -186,7 +172,7 @@ def test_backoff_doubles_from_base_up_to_the_maximum_with_half_of_each_delay_ran
     highest = Backoff(10, 1000, Edge(upper=True))
     assert [lowest.delay(n) for n in range(8)] == [10, 20, 40, 80, 160, 320, 500, 500]
     assert [highest.delay(n) for n in range(8)] == [20, 40, 80, 160, 320, 640, 1000, 1000]
-    assert highest.delay(10_000) == 1000  # no overflow after many restarts
+    assert highest.delay(10_000) == 1000  # no overflow after many resubmissions
 
 
 def test_backoff_delays_are_random_inside_their_bounds() -> None:
@@ -212,8 +198,8 @@ def test_backoff_bounds() -> None:
 # ---- decide
 
 
-def watched(restarts: int = 0, previous_quick: bool | None = None) -> WatchState:
-    state = WatchState("/w/job.sub", "/w", job_id="7", restarts=restarts, next_action=Next.POLL)
+def watched(resubmissions: int = 0, previous_quick: bool | None = None) -> WatchState:
+    state = WatchState("/w/job.sub", "/w", job_id="7", resubmissions=resubmissions, next_action=Next.POLL)
     if previous_quick is not None:
         state.history.append(Attempt("6", outcome="FAILED", quick=previous_quick))
     state.history.append(Attempt("7"))
@@ -235,36 +221,36 @@ def test_success_stops_the_run() -> None:
 @pytest.mark.parametrize(
     "state", ["FAILED", "TIMEOUT", "PREEMPTED", "NODE_FAIL", "BOOT_FAIL", "OUT_OF_MEMORY"]
 )
-def test_failures_time_limits_preemption_and_node_failures_restart(state: str) -> None:
-    action = decide(watched(restarts=2), state, 1, START - 3600, START, rules=Rules(max_restarts=5))
-    assert (action.do, action.outcome, action.succeeded) == (Do.RESTART, state, False)
-    assert action.reason.endswith("restart 3 of 5")
+def test_failures_time_limits_preemption_and_node_failures_are_resubmitted(state: str) -> None:
+    action = decide(watched(resubmissions=2), state, 1, START - 3600, START, rules=Rules(max_resubmissions=5))
+    assert (action.do, action.outcome, action.succeeded) == (Do.RESUBMIT, state, False)
+    assert action.reason.endswith("resubmission 3 of 5")
 
 
 def test_a_completed_job_with_a_failed_driver_is_a_failure() -> None:
     action = decide(watched(), "COMPLETED", 3, None, START)
-    assert (action.do, action.outcome, action.succeeded) == (Do.RESTART, "COMPLETED", False)
+    assert (action.do, action.outcome, action.succeeded) == (Do.RESUBMIT, "COMPLETED", False)
 
 
 @pytest.mark.parametrize("state", ["CANCELLED", "DEADLINE"])
 def test_a_job_cancelled_outside_watch_is_not_fought(state: str) -> None:
     action = decide(watched(), state, 0, None, START)
     assert (action.do, action.outcome, action.succeeded) == (Do.STOP, state, False)
-    assert "does not restart" in action.reason
+    assert "does not resubmit" in action.reason
 
 
-def test_a_stalled_job_is_cancelled_then_restarted() -> None:
+def test_decide_cancels_a_stalled_job_then_resubmits_it() -> None:
     action = decide(watched(), "RUNNING", None, START - 600, START, stalled=True)
-    assert (action.do, action.cancel, action.outcome) == (Do.RESTART, True, STALLED)
+    assert (action.do, action.cancel, action.outcome) == (Do.RESUBMIT, True, STALLED)
 
 
-def test_max_restarts_stops_every_kind_of_restart() -> None:
-    rules = Rules(max_restarts=3)
+def test_max_resubmissions_stops_every_kind_of_resubmission() -> None:
+    rules = Rules(max_resubmissions=3)
     for state, stalled in [("FAILED", False), ("TIMEOUT", False), ("PREEMPTED", False), ("RUNNING", True)]:
-        action = decide(watched(restarts=3), state, 1, None, START, rules=rules, stalled=stalled)
+        action = decide(watched(resubmissions=3), state, 1, None, START, rules=rules, stalled=stalled)
         assert (action.do, action.cancel) == (Do.STOP, stalled), state
-        assert "no restarts left (--max-restarts 3)" in action.reason
-    assert decide(watched(restarts=2), "FAILED", 1, None, START, rules=rules).do is Do.RESTART
+        assert "no resubmissions left (--max-resubmissions 3)" in action.reason
+    assert decide(watched(resubmissions=2), "FAILED", 1, None, START, rules=rules).do is Do.RESUBMIT
 
 
 def test_no_retry_exit_codes_stop() -> None:
@@ -272,24 +258,24 @@ def test_no_retry_exit_codes_stop() -> None:
     stop = decide(watched(), "FAILED", 77, None, START, rules=rules)
     assert (stop.do, stop.outcome) == (Do.STOP, "FAILED")
     assert "exit code 77, which --no-retry-exit-codes lists" in stop.reason
-    assert decide(watched(), "FAILED", 1, None, START, rules=rules).do is Do.RESTART
-    assert decide(watched(), "FAILED", 77, None, START).do is Do.RESTART  # the default: none
+    assert decide(watched(), "FAILED", 1, None, START, rules=rules).do is Do.RESUBMIT
+    assert decide(watched(), "FAILED", 77, None, START).do is Do.RESUBMIT  # the default: none
 
 
 def test_two_quick_driver_failures_in_a_row_stop() -> None:
     quick = decide(watched(previous_quick=False), "FAILED", 1, START - 30, START)
-    assert (quick.do, quick.quick) == (Do.RESTART, True)
+    assert (quick.do, quick.quick) == (Do.RESUBMIT, True)
     second = decide(watched(previous_quick=True), "FAILED", 1, START - 30, START)
     assert (second.do, second.quick) == (Do.STOP, True)
     assert "within 60 s of its driver's start, as did the job before" in second.reason
     slow = decide(watched(previous_quick=True), "FAILED", 1, START - 61, START)
-    assert (slow.do, slow.quick) == (Do.RESTART, False)
+    assert (slow.do, slow.quick) == (Do.RESUBMIT, False)
     # The driver's own end counts, not when watch noticed; a driver that never started is no quick failure.
     noticed_late = decide(watched(previous_quick=True), "FAILED", 1, START - 300, START, ended=START - 290)
     assert noticed_late.do is Do.STOP
-    assert decide(watched(previous_quick=True), "FAILED", 1, None, START).do is Do.RESTART
+    assert decide(watched(previous_quick=True), "FAILED", 1, None, START).do is Do.RESUBMIT
     # A time limit or a preemption soon after the start is not the driver's fault.
-    assert decide(watched(previous_quick=True), "PREEMPTED", 1, START - 30, START).do is Do.RESTART
+    assert decide(watched(previous_quick=True), "PREEMPTED", 1, START - 30, START).do is Do.RESUBMIT
 
 
 def test_a_job_slurm_forgets_is_waited_for_then_given_up() -> None:
@@ -313,7 +299,7 @@ def test_a_run_that_succeeds_submits_once_and_asks_slurm_once_per_interval(
     lines: list[str] = []
     final = watch(script, clock, lines=lines)
     assert final.succeeded and final.stopped == "job 100 completed"
-    assert (final.job_id, final.restarts, final.next_action) == (None, 0, Next.NONE)
+    assert (final.job_id, final.resubmissions, final.next_action) == (None, 0, Next.NONE)
     # What goes to sbatch is the copy of the script read at the run's start, kept in the user's state home.
     assert final.script_copy is not None
     copy = Path(final.script_copy)
@@ -353,8 +339,9 @@ def test_a_failed_job_is_resubmitted_after_the_backoff_and_every_job_gets_the_ch
     assert [export for _, _, export in fake.submitted] == [env, env]
     assert all(protocol.RESUME_FROM not in export for _, _, export in fake.submitted)
     assert [(h.job_id, h.outcome) for h in final.history] == [("100", state), ("101", "COMPLETED")]
-    assert final.restarts == 1
-    assert clock.sleeps == [INTERVAL, INTERVAL, INTERVAL, 10, INTERVAL]  # 10: the first restart's backoff
+    assert final.resubmissions == 1
+    # 10: the first resubmission's backoff
+    assert clock.sleeps == [INTERVAL, INTERVAL, INTERVAL, 10, INTERVAL]
     # The marker DONE is in no checkpoint: none is complete yet.
     assert any("no checkpoint yet; the job resumes from the newest" in line for line in lines)
 
@@ -383,13 +370,15 @@ def test_a_checkpoint_lookup_that_fails_does_not_end_the_run(
     assert any("stale file handle" in line for line in lines)
 
 
-def test_max_restarts_is_respected(script: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_max_resubmissions_is_respected(
+    script: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
     failing = [RUNNING, RUNNING, RUNNING, ended("FAILED")]
     fake = FakeSlurm(monkeypatch, clock, [failing] * 5)
-    final = watch(script, clock, Rules(max_restarts=2))
+    final = watch(script, clock, Rules(max_resubmissions=2))
     assert not final.succeeded
-    assert len(fake.submitted) == 3 and final.restarts == 2
-    assert "no restarts left (--max-restarts 2)" in (final.stopped or "")
+    assert len(fake.submitted) == 3 and final.resubmissions == 2
+    assert "no resubmissions left (--max-resubmissions 2)" in (final.stopped or "")
     assert [s for s in clock.sleeps if s != INTERVAL] == [10, 20]  # the backoff doubles
     assert [h.outcome for h in final.history] == ["FAILED"] * 3
 
@@ -487,7 +476,7 @@ def test_two_quick_failures_in_a_row_end_the_run(
     assert "as did the job before: it will fail again" in (final.stopped or "")
 
 
-def test_a_quick_failure_after_a_long_run_is_restarted(
+def test_a_quick_failure_after_a_long_run_is_resubmitted(
     script: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fake = FakeSlurm(monkeypatch, clock, [[RUNNING, ended("FAILED")]] * 3 + [[COMPLETED]])
@@ -560,9 +549,9 @@ def test_an_early_driver_that_fails_before_the_cluster_is_whole_is_a_quick_drive
         )
 
     fake.on_submit = name_error
-    final = watch(script, clock, Rules(max_restarts=10))
+    final = watch(script, clock, Rules(max_resubmissions=10))
     assert len(fake.submitted) == 2, "submitted at most twice"
-    assert [(h.fault, h.quick) for h in final.history] == [(watching.FAULT_DRIVER, True)] * 2
+    assert [(h.fault, h.quick) for h in final.history] == [(watch_rules.FAULT_DRIVER, True)] * 2
     assert "NameError: name 'modle' is not defined" in (final.stopped or ""), final.stopped
 
 
@@ -582,9 +571,9 @@ def test_jobs_whose_cluster_never_came_up_are_counted_apart_and_three_in_a_row_s
     fake.on_submit = lambda job_id: job_log_dir(
         script.parent, job_id, [(clock.now + 5, protocol.PHASE_ENDED, why)], **{protocol.ENDED: why + "\n"}
     )
-    final = watch(script, clock, Rules(max_restarts=10))
+    final = watch(script, clock, Rules(max_resubmissions=10))
     assert len(fake.submitted) == 3
-    assert [(h.fault, h.quick) for h in final.history] == [(watching.FAULT_BRING_UP, False)] * 3
+    assert [(h.fault, h.quick) for h in final.history] == [(watch_rules.FAULT_BRING_UP, False)] * 3
     assert "3 jobs in a row that never started their driver" in (final.stopped or "")
     assert f"the last job's ENDED: {why}" in (final.stopped or ""), final.stopped
 
@@ -605,8 +594,8 @@ def test_a_driver_that_exits_0_after_the_warning_signal_is_interrupted_unless_it
     if finished:
         assert [h.outcome for h in final.history] == ["COMPLETED"]
     else:
-        assert [h.outcome for h in final.history] == [watching.INTERRUPTED, "COMPLETED"]
-        assert final.restarts == 1
+        assert [h.outcome for h in final.history] == [watch_rules.INTERRUPTED, "COMPLETED"]
+        assert final.resubmissions == 1
 
 
 def test_a_node_the_job_names_as_failed_is_left_out_of_the_next_jobs(
@@ -652,7 +641,7 @@ def test_an_sbatch_that_timed_out_after_queueing_the_job_leaves_one_job_watched(
     lines: list[str] = []
     final = watch(script, clock, lines=lines)
     assert final.succeeded and [h.job_id for h in final.history] == ["100"]
-    assert len(fake.submitted) == 1 and final.restarts == 0
+    assert len(fake.submitted) == 1 and final.resubmissions == 0
     assert any("job 100 carries this submission's comment raysub-watch-" in line for line in lines)
 
 
@@ -700,7 +689,7 @@ def test_a_comment_found_only_on_the_next_try_is_adopted_then(
     assert final.succeeded and [h.job_id for h in final.history] == ["77"] and len(comments) == 1
 
 
-def test_a_failed_resubmission_uses_up_no_restart_and_is_tried_again(
+def test_a_failed_resubmission_uses_up_none_and_is_tried_again(
     script: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fake = FakeSlurm(monkeypatch, clock, [[ended("NODE_FAIL")], [COMPLETED]])
@@ -714,10 +703,10 @@ def test_a_failed_resubmission_uses_up_no_restart_and_is_tried_again(
 
     monkeypatch.setattr(slurm, "submit", flaky)
     lines: list[str] = []
-    final = watch(script, clock, Rules(max_restarts=1), lines=lines)
-    assert final.succeeded and final.restarts == 1
+    final = watch(script, clock, Rules(max_resubmissions=1), lines=lines)
+    assert final.succeeded and final.resubmissions == 1
     assert any("could not submit" in line and "Slurm temporarily unable" in line for line in lines)
-    assert [s for s in clock.sleeps if s != INTERVAL] == [10, 10]  # the restart's backoff, the retry's
+    assert [s for s in clock.sleeps if s != INTERVAL] == [10, 10]  # the resubmission's backoff, the retry's
 
 
 def test_submissions_that_keep_failing_end_the_run_after_submit_retry_for(
@@ -735,8 +724,8 @@ def test_submissions_that_keep_failing_end_the_run_after_submit_retry_for(
         )
 
     monkeypatch.setattr(slurm, "submit", first_then_down)
-    final = watch(script, clock, Rules(max_restarts=1, submit_retry_for=600))
-    assert not final.succeeded and final.restarts == 0
+    final = watch(script, clock, Rules(max_resubmissions=1, submit_retry_for=600))
+    assert not final.succeeded and final.resubmissions == 0
     assert "(--submit-retry-for)" in (final.stopped or "")
     assert tries[-1] - tries[0] >= 600 and len(tries) > 3
 
@@ -769,7 +758,7 @@ def test_the_state_file_round_trips(script: Path) -> None:
         str(script),
         str(script.parent),
         job_id="101",
-        restarts=1,
+        resubmissions=1,
         next_action=Next.POLL,
         next_action_at=START + 60,
         unknown_since=START,
@@ -783,7 +772,8 @@ def test_the_state_file_round_trips(script: Path) -> None:
     text = state.to_json()
     assert WatchState.from_json(text) == state
     data = json.loads(text)
-    assert (data["version"], data["job_id"], data["next_action"]) == (2, "101", "poll")
+    assert (data["version"], data["job_id"], data["next_action"]) == (3, "101", "poll")
+    assert data["resubmissions"] == 1 and "restarts" not in data
     assert data["excluded"] == ["node7"]
     assert data["history"][0] == {
         "job_id": "100",
@@ -812,10 +802,20 @@ def test_a_version_1_state_file_still_loads(script: Path) -> None:
     assert state.excluded == [] and state.history[0].failed_nodes == [] and state.current is not None
 
 
+@pytest.mark.parametrize("version", [1, 2])
+def test_an_older_state_files_restarts_are_its_resubmissions(script: Path, version: int) -> None:
+    """A run an older raysub watched goes on with its count: those files call resubmissions restarts."""
+    old = {"version": version, "script": str(script), "workdir": str(script.parent), "restarts": 4}
+    state = WatchState.from_json(json.dumps(old))
+    assert state.resubmissions == 4
+    saved = json.loads(state.to_json())
+    assert (saved["version"], saved["resubmissions"]) == (3, 4) and "restarts" not in saved
+
+
 NOT_STATES = [
     "",
     "[]",
-    '{"version": 3}',
+    '{"version": 4}',
     '{"version": 1, "script": "x"}',
     '{"version": 1, "script": "x", "workdir": "y", "next_action": "dance"}',
     '{"version": 1, "script": "x", "workdir": "y", "history": [{"job": 1}]}',
@@ -848,21 +848,21 @@ def test_a_new_watcher_resumes_the_run_and_adopts_its_job(
         watching.run(Target(script, script.parent), None, replace(settings(clock), sleep=sleep_then_die))
     saved = load_state(files_of(script))
     assert saved is not None
-    assert (saved.job_id, saved.restarts, saved.next_action) == ("101", 1, Next.POLL)
+    assert (saved.job_id, saved.resubmissions, saved.next_action) == ("101", 1, Next.POLL)
 
     lines: list[str] = []
     final = watch(script, clock, lines=lines)
-    assert final.succeeded and final.restarts == 1
+    assert final.succeeded and final.resubmissions == 1
     assert len(fake.submitted) == 2  # no new job: the running one was adopted
     assert [h.job_id for h in final.history] == ["100", "101"]
-    assert "resuming the run of" in lines[0] and "1 restarts so far, watching job 101" in lines[0]
+    assert "resuming the run of" in lines[0] and "1 resubmissions so far, watching job 101" in lines[0]
     assert fake.asked[2][0] == "101"
 
 
 def test_a_watcher_resumes_a_backoff_where_it_was(
     script: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    state = WatchState(str(script), str(script.parent), restarts=1, next_action=Next.SUBMIT)
+    state = WatchState(str(script), str(script.parent), resubmissions=1, next_action=Next.SUBMIT)
     state.next_action_at = START + 25
     state.history.append(Attempt("90", START - 600, outcome="TIMEOUT"))
     files_of(script).state.write_text(state.to_json())
@@ -870,7 +870,7 @@ def test_a_watcher_resumes_a_backoff_where_it_was(
     final = watch(script, clock, checkpoints=Checkpoints(script.parent))
     assert clock.sleeps[0] == 25
     assert fake.submitted[0][2] == {protocol.CHECKPOINT_DIR_ENV: str(script.parent)}
-    assert final.succeeded and final.restarts == 2
+    assert final.succeeded and final.resubmissions == 2
 
 
 def test_a_job_id_is_adopted_without_a_submission(
@@ -882,7 +882,7 @@ def test_a_job_id_is_adopted_without_a_submission(
     assert [h.job_id for h in final.history] == ["4711", "100"]
     assert final.history[0].submitted_at is None
     assert fake.asked[0] == ("4711", START)  # at once
-    assert final.succeeded and final.restarts == 1
+    assert final.succeeded and final.resubmissions == 1
 
 
 def test_a_finished_run_starts_anew_and_another_jobs_run_is_refused(
@@ -893,7 +893,7 @@ def test_a_finished_run_starts_anew_and_another_jobs_run_is_refused(
     lines: list[str] = []
     final = watch(script, clock, lines=lines)
     assert "the last run ended (job 100 completed); a new run" in lines[0]
-    assert [h.job_id for h in final.history] == ["101", "102"] and final.restarts == 1
+    assert [h.job_id for h in final.history] == ["101", "102"] and final.resubmissions == 1
 
     files = files_of(script)
     running = WatchState(str(script), str(script.parent), job_id="102", next_action=Next.POLL)
@@ -1104,6 +1104,21 @@ def test_watch_command_gives_up_with_exit_status_1(
     )
     assert result.code == 1
     assert "exit code 3, which --no-retry-exit-codes lists" in result.stdout
+
+
+def test_watch_commands_old_max_restarts_still_works_unlisted(
+    raysub_cli: RunCli, script: Path, monkeypatch: pytest.MonkeyPatch, no_waiting: list[float]
+) -> None:
+    """--max-restarts, --max-resubmissions' name before, is a hidden alias that says it is old."""
+    fake = FakeSlurm(monkeypatch, fake_clock(), [[ended("FAILED")]] * 4)
+    result = raysub_cli("watch", str(script), "--max-restarts", "3", "--log-dir", str(script.parent))
+    assert result.code == 1
+    assert "no resubmissions left (--max-resubmissions 3)" in result.stdout and len(fake.submitted) == 4
+    assert "watch --max-restarts is now watch --max-resubmissions" in result.stderr
+    both = raysub_cli("watch", str(script), "--max-restarts", "3", "--max-resubmissions", "2")
+    assert both.code == 2 and "give only one of them" in both.stderr and len(fake.submitted) == 4
+    shown = raysub_cli("watch", "--help").stdout
+    assert "--max-resubmissions" in shown and "--max-restarts" not in shown
 
 
 def test_watch_command_adopts_a_job_by_id(
