@@ -1,6 +1,6 @@
 """The one error of a value raysub cannot work with: it names the command-line option at fault, and the
 command line prints it as one line and exits with status 2. Each concern has its own kind of it
-(spec.SpecError, plan.PlanError)."""
+(SpecError, plan.PlanError)."""
 
 
 class OptionError(ValueError):
@@ -10,3 +10,7 @@ class OptionError(ValueError):
         super().__init__(f"{option}: {message}")
         self.option = option
         self.message = message
+
+
+class SpecError(OptionError):
+    """A value the job cannot run with; ``option`` names the command-line option at fault."""

@@ -6,9 +6,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, cast, get_args
 
-from raysub.errors import OptionError
+from raysub.errors import SpecError as SpecError
+from raysub.passthrough import (
+    CONTROL,
+    RAY_START_OWNED,
+    SBATCH_EXACT,
+    SBATCH_OWNED,
+    SRUN_OWNED,
+    owned_message,
+    passed_options,
+)
 from raysub.plan import SIZES, Plan, PlanError, plan
-from raysub.protocol import AuthMode, PreflightMode, UnitKind, file_mode_for_logs
+from raysub.protocol import AuthMode, PreflightMode
 from raysub.protocol.preflight_log import DEFAULT_MIN_FREE_MIB
 
 # In COMMAND, with --checkpoint-dir: replaced by the checkpoint the driver resumes from, when it starts.
@@ -34,107 +43,14 @@ _SLURM_TIME = re.compile(r"(\d+-)?\d+(:\d+){0,2}|\d+-\d+|UNLIMITED|INFINITE", re
 FORWARDABLE_SIGNALS = ("USR1", "USR2", "INT", "HUP", "QUIT")
 _INTERFACE = re.compile(r"[A-Za-z0-9_.:@-]{1,15}")
 _HOST = re.compile(r"[A-Za-z0-9_.:-]{1,253}")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _MODE = re.compile(r"0?[0-7]{3}")
 _PYTHON = re.compile(r"python(\d+(\.\d+)?)?")
 
-# 'ray start' options raysub gives every node itself, each with the raysub option that sets it (None: the
-# role raysub gives the node, which no option changes). A --ray-start-arg repeating one would silently win
-# over raysub's: with --temp-dir, say, the head's readiness is never seen.
-RAY_START_OWNED: dict[str, str | None] = {
-    "--head": None,
-    "--address": None,
-    "--block": None,
-    "--node-name": None,
-    "--node-ip-address": "--interface",
-    "--temp-dir": "--ray-temp-dir",
-    "--num-gpus": "--gpus-per-node (and --head-gpus)",
-    "--num-cpus": "--cpus-per-task",  # only when --cpus-per-task is given: raysub sets it then
-    "--port": "--gcs-port",
-    "--ray-client-server-port": "--client-port",
-    "--include-dashboard": "--dashboard/--no-dashboard",
-    "--dashboard-host": "--dashboard-host",
-    "--dashboard-port": "--dashboard-port",
-    "--dashboard-agent-listen-port": "--dashboard-agent-port",
-    "--dashboard-agent-grpc-port": "--dashboard-agent-grpc-port",
-    "--runtime-env-agent-port": "--runtime-env-agent-port",
-    "--node-manager-port": "--node-manager-port",
-    "--object-manager-port": "--object-manager-port",
-    "--metrics-export-port": "--metrics-export-port",
-    "--min-worker-port": "--min-worker-port",
-    "--max-worker-port": "--max-worker-port",
-    "--worker-port-list": "--min-worker-port and --max-worker-port",
-}
-# sbatch options raysub writes into the script's header itself (or has an option of its own for), with
-# that option (None: raysub's fixed choice). sbatch takes any unambiguous abbreviation of a long option,
-# so an abbreviation of one of these is refused too, unless it is an sbatch option itself (SBATCH_EXACT).
-SBATCH_OWNED: dict[str, str | None] = {
-    "--nodes": "--nodes",
-    "-N": "--nodes",
-    "--ntasks-per-node": None,
-    "--exclusive": "--exclusive/--no-exclusive",
-    "--gpus-per-node": "--gpus-per-node",
-    "--cpus-per-task": "--cpus-per-task",
-    "-c": "--cpus-per-task",
-    "--partition": "--partition",
-    "-p": "--partition",
-    "--account": "--account",
-    "-A": "--account",
-    "--time": "--time",
-    "-t": "--time",
-    "--array": "--array",
-    "-a": "--array",
-    "--requeue": "--requeue/--no-requeue",
-    "--no-requeue": "--requeue/--no-requeue",
-    "--signal": "--signal-before and --forward-signal",
-    "--job-name": "--job-name",
-    "-J": "--job-name",
-}
-# sbatch options whose names begin one of SBATCH_OWNED's (Slurm's src/common/slurm_opt.c).
-SBATCH_EXACT = ("--ntasks", "--gpus")
-
-# srun options that raysub sets on its steps (ray.sub.j2's step_options and the step lines), with the
-# raysub option that sets them instead (None: nothing may change them). srun takes the last of an option
-# given twice, so an --srun-arg among them would quietly lose or quietly win: neither is wanted.
-SRUN_OWNED: dict[str, str | None] = {
-    "--nodes": None,
-    "-N": None,
-    "--ntasks": None,
-    "-n": None,
-    "--ntasks-per-node": None,
-    "--nodelist": None,
-    "-w": None,
-    "--exclude": None,
-    "-x": None,
-    "--overlap": None,
-    "--export": None,
-    "--kill-on-bad-exit": None,
-    "-K": None,
-    "--output": None,
-    "-o": None,
-    "--error": None,
-    "-e": None,
-    "--het-group": None,
-    "--jobid": None,
-    "--cpus-per-task": "--cpus-per-task",
-    "-c": "--cpus-per-task",
-    "--mpi": "--mpi",
-    "--container-image": "--container-image",
-    "--container-mounts": "--container-mounts",
-    "--container-workdir": "--container-workdir",
-    "--container-name": None,
-    "--container-mount-home": "--container-mount-home/--no-container-mount-home",
-    "--no-container-mount-home": "--container-mount-home/--no-container-mount-home",
-}
 _MPI = re.compile(r"[A-Za-z0-9_]+")
 
 # The choices of --auth and --sandbox-nodes, defined here only: the command line's choices and the
 # checks below read them with typing.get_args.
 SandboxNodes = Literal["all", "1"]
-
-
-class SpecError(OptionError):
-    """A value the job cannot run with; ``option`` names the command-line option at fault."""
 
 
 @dataclass(frozen=True)
@@ -246,35 +162,6 @@ ScaleMode = Literal["auto", "normal", "large"]
 # once (400 on Ray 2.56, ray-project/ray#64845; 1000+ in skypilot-org/skypilot#9192), and where a node
 # table the head reads 20 times a second (Timing.units_brisk_s) becomes megabytes a second for its GCS.
 LARGE_SCALE_NODES = 256
-
-
-@dataclass(frozen=True)
-class LargeScale:
-    """What --scale large changes in a job, each value written once (docs/configuration.md, At scale)."""
-
-    # Workers join in waves of this many, in SLURM_PROCID order: a wave starts once the waves before it
-    # are all but half a wave in Ray's node table, so at most a wave and a half of nodes register with the
-    # GCS at once however fast or slow it takes them (ray#30113: many nodes registering together hung the
-    # GCS at 2k nodes).
-    wave_nodes: int = 128
-    # Each node of a wave waits up to this long more, at random, so that a wave is not one burst either.
-    jitter_cs: int = 100
-    # The head's unit counter reads the node table (every node's entry) this often until all joined.
-    units_brisk_s: float = 1.0
-    # Ray's timeouts for a GCS busy with many nodes, exported as RAY_<name> unless set: those NeMo-RL
-    # raised to 120 s for bring-up bursts (NVIDIA-NeMo/RL#3089; Ray 2.60's defaults 5 to 60 s), and the
-    # raylet's wait for its own registration (10 s up to Ray 2.34, ray#47087; 30 s since).
-    ray_timeout_s: int = 120
-    ray_timeouts: tuple[str, ...] = (
-        "gcs_rpc_server_connect_timeout_s",
-        "gcs_rpc_server_reconnect_timeout_s",
-        "gcs_server_request_timeout_seconds",
-        "worker_register_timeout_seconds",
-        "raylet_start_wait_time_s",
-    )
-
-
-LARGE_SCALE = LargeScale()
 
 
 @dataclass(frozen=True)
@@ -476,16 +363,6 @@ class JobSpec:
         return not self.command and not self.smoke
 
     @property
-    def smoke_program(self) -> tuple[str, ...]:
-        """With --smoke, the driver: the node program raysub/job/programs/smoke.py and its arguments, the
-        job's own nodes and GPUs (the head's too with --dedicated-head), with an all-reduce wherever torch
-        is."""
-        program = ["smoke", f"--nodes={self.nodes}", f"--gpus-per-node={self.gpus_per_node}"]
-        if self.head_gpus != self.gpus_per_node:
-            program.append(f"--head-gpus={self.head_gpus}")
-        return (*program, "--allreduce")
-
-    @property
     def head_gpus(self) -> int:
         return 0 if self.dedicated_head or self.het_head else self.gpus_per_node
 
@@ -493,22 +370,6 @@ class JobSpec:
     def large_scale(self) -> bool:
         """--scale large, or --scale auto at LARGE_SCALE_NODES nodes or more."""
         return self.scale == "large" or (self.scale == "auto" and self.nodes >= LARGE_SCALE_NODES)
-
-    @property
-    def join_waves(self) -> int:
-        """How many waves the workers join in (1 without --scale large)."""
-        return -(-self.workers // LARGE_SCALE.wave_nodes) if self.large_scale else 1
-
-    @property
-    def join_wave_wait_s(self) -> int:
-        """The longest a wave waits for the one before it to be in Ray, after which it joins anyway (a
-        node of the wave before may never join): all waves have started by half of --workers-timeout."""
-        return max(1, self.workers_timeout // (2 * self.join_waves))
-
-    @property
-    def join_wave_units(self) -> int:
-        """The units one node brings to ray_worker_units (its GPUs, or itself for a CPU-only job)."""
-        return max(1, self.gpus_per_node)
 
     @property
     def warnings(self) -> list[str]:
@@ -548,111 +409,14 @@ class JobSpec:
         return self.head_partition is not None
 
     @property
-    def head_step_args(self) -> tuple[str, ...]:
-        """srun options of the head's step beyond those every step takes."""
-        if self.het_head:
-            return ("--het-group=0", *([f"--cpus-per-task={self.head_cpus}"] if self.head_cpus else []))
-        return self.worker_step_args
-
-    @property
-    def worker_step_args(self) -> tuple[str, ...]:
-        """srun options of the workers' (and the sandboxes') step beyond those every step takes."""
-        cpus = (f"--cpus-per-task={self.cpus_per_task}",) if self.cpus_per_task else ()
-        return ("--het-group=1", *cpus) if self.het_head else cpus
-
-    @property
-    def head_cpus_per_task(self) -> int | None:
-        """The CPUs Ray uses on the head's node: --head-cpus in a heterogeneous job, else --cpus-per-task."""
-        return self.head_cpus if self.het_head else self.cpus_per_task
-
-    @property
     def counts_gpus(self) -> bool:
         """The head counts the cluster's GPUs as it fills; with --gpus-per-node 0 it counts nodes."""
         return self.gpus_per_node > 0
 
     @property
-    def units_name(self) -> str:
-        """What the counted units are called in the head's messages."""
-        return "GPUs" if self.counts_gpus else "nodes"
-
-    @property
-    def expected_units(self) -> int:
-        """What ray_worker_units must reach before the driver starts: GPUs, or nodes without GPUs."""
-        if not self.counts_gpus:
-            return self.nodes
-        return self.head_gpus + self.workers * self.gpus_per_node
-
-    @property
-    def requests_gpus(self) -> bool:
-        """The header asks Slurm for --gpus-per-node. Not with --no-gpu-request (sites that hand out
-        whole nodes refuse GPU requests), nor with no GPUs to ask for."""
-        return self.gpu_request and self.gpus_per_node > 0
-
-    @property
-    def head_attempts(self) -> int:
-        """How many times the head tries to start Ray: the first try and --head-retries more."""
-        return self.head_retries + 1
-
-    @property
-    def worker_attempts(self) -> int:
-        """How many times each worker starts Ray: the first start and --worker-retries more."""
-        return self.worker_retries + 1
-
-    @property
-    def worker_head_wait(self) -> int:
-        """Seconds a worker waits for the head to announce itself (STARTED_RAY_HEAD): a minute longer
-        than every head attempt's --head-timeout together, so that the head gives up, and says why, first."""
-        return self.head_timeout * self.head_attempts + 60
-
-    @property
-    def signal_look_cs(self) -> int:
-        """The longest pause, in centiseconds, between a node's looks for a signal file (STARTED_RAY_HEAD,
-        SANDBOX_READY_<host>) in a wait's first minute: a hundredth of a second per ten nodes, at least
-        0.05 s. All nodes together then look about a thousand times a second at most, at any size."""
-        return max(self.timing.look_min_cs, self.nodes // 10)
-
-    @property
-    def look_max_cs(self) -> int:
-        """The longest pause, in centiseconds, between two looks of a node at a file another node writes
-        (a signal file after a wait's first minute; ENDED while its Ray or the driver runs, for the whole
-        run): 1 s, and from a thousand nodes up a hundredth of a second per ten nodes, so that a job's
-        nodes look about a thousand times a second at most on the shared filesystem (4 s at 4096)."""
-        return max(self.timing.look_max_cs, -(-self.nodes // 10))
-
-    @property
-    def temp_parent_per_job(self) -> bool:
-        """The Ray temp dir's parent names this job (%j above the last part of --ray-temp-dir), so a
-        node may remove that parent, once empty, when it leaves; a shared parent such as /tmp stays."""
-        parent = self.ray_temp_dir.rsplit("/", 1)[0]
-        return "%j" in parent
-
-    @property
-    def user_srun_args(self) -> tuple[str, ...]:
-        """The srun options every step takes from the user: --mpi, then each --srun-arg."""
-        return (*([f"--mpi={self.mpi}"] if self.mpi else []), *self.srun_args)
-
-    @property
-    def mounts_submit_dir(self) -> bool:
-        """The job's containers start in the submit directory (no --container-workdir), which is mounted."""
-        return self.container_image is not None and self.container_workdir is None
-
-    @property
-    def dashboard_reach_host(self) -> str | None:
-        """Where a client reaches the dashboard: --dashboard-host, unless that is every interface (0.0.0.0,
-        ::), or not given; None for the head's cluster address."""
-        every_interface = ("0.0.0.0", "::")  # noqa: S104 (names them, binds nothing)
-        return None if self.dashboard_host in (None, *every_interface) else self.dashboard_host
-
-    @property
     def token_auth(self) -> bool:
         """Ray runs with a per-job token (--auth token); otherwise anyone who reaches the head gets in."""
         return self.auth == "token"
-
-    @property
-    def unit_kind(self) -> UnitKind:
-        """What the head's unit counter counts (raysub/job/programs/units.py --kind): GPUs, or nodes without
-        GPUs."""
-        return "gpu" if self.counts_gpus else "node"
 
     @property
     def private_log_base(self) -> str | None:
@@ -661,34 +425,11 @@ class JobSpec:
         return None if self.private_log_dir is None else str(Path(self.private_log_dir).expanduser())
 
     @property
-    def log_dir_mode(self) -> str:
-        """--log-mode as four octal digits (after check)."""
-        return f"{int(self.log_mode, 8):04o}"
-
-    @property
-    def log_file_mode(self) -> str:
-        """The mode of the job's logs in LOG_DIR (its signal files and secrets are 0600 whatever this is)."""
-        return f"{file_mode_for_logs(int(self.log_mode, 8)):04o}"
-
-    @property
     def port_blocks(self) -> PortBlocks | None:
         """With --ports block (the default on shared nodes), the blocks each node takes its ports from;
         None with --ports fixed (the default with --exclusive), where every node uses the --*-port values."""
         mode = self.ports_mode or ("fixed" if self.exclusive and not self.het_head else "block")
         return PortBlocks.parse(self.port_range) if mode == "block" else None
-
-    def port_sh(self, name: str) -> str:
-        """Ray's port ``name`` (a Ports field) in the node scripts: a number, or with --ports block an
-        arithmetic expansion on the start of the node's block, PORT_BASE, which the node sets."""
-        if self.port_blocks is None:
-            return str(getattr(self.ports, name))
-        return f"$((PORT_BASE + {PortBlocks.offset(name)}))"
-
-    @property
-    def sandbox_nodes(self) -> int:
-        if self.sandbox is None:
-            return 0
-        return self.nodes if self.sandbox.every_node else 1
 
     def check(self) -> "JobSpec":
         """Raise SpecError for the first value the job could not run with; return self otherwise."""
@@ -796,7 +537,7 @@ class JobSpec:
             if value is not None and not _SLURM_WORD.fullmatch(value):
                 raise SpecError(option, f"{value!r} is not a Slurm name (no spaces, quotes or '#')")
         # Header values end up on '#SBATCH' comment lines: a newline there would start a line of bash.
-        if not self.job_name or _CONTROL.search(self.job_name):
+        if not self.job_name or CONTROL.search(self.job_name):
             raise SpecError("--job-name", f"{self.job_name!r} is empty or has a newline or control character")
         if self.time is not None and not _SLURM_TIME.fullmatch(self.time):
             raise SpecError("--time", f"{self.time!r} is not a Slurm time such as 30, 4:00:00 or 1-12")
@@ -808,9 +549,7 @@ class JobSpec:
             flag = arg.partition("=")[0]
             if flag not in RAY_START_OWNED or (flag == "--num-cpus" and self.cpus_per_task is None):
                 continue
-            raise SpecError(
-                "--ray-start-arg", _owned_message(arg, flag, RAY_START_OWNED[flag], "'ray start'")
-            )
+            raise SpecError("--ray-start-arg", owned_message(arg, flag, RAY_START_OWNED[flag], "'ray start'"))
 
     def _check_steps(self) -> None:
         """Every step's srun options (--srun-arg, --mpi) and the job's container options."""
@@ -883,27 +622,13 @@ class JobSpec:
             ("--checkpoint-dir", self.checkpoint_dir),
             ("--checkpoint-marker", self.checkpoint_marker),
         ):
-            if value is not None and (not value or _CONTROL.search(value)):
+            if value is not None and (not value or CONTROL.search(value)):
                 raise SpecError(option, f"{value!r} is empty or has a newline or control character")
 
     def _check_preflight(self) -> None:
         modes = get_args(PreflightMode)
         if self.preflight not in modes:
             raise SpecError("--preflight", f"must be one of {', '.join(modes)}, not {self.preflight!r}")
-
-    @property
-    def preflights(self) -> bool:
-        """The nodes check their GPUs before Ray starts (--preflight warn or fail)."""
-        return self.preflight != "off"
-
-    @property
-    def starts_driver_early(self) -> bool:
-        """The head starts the driver while the workers join, held in ray.init until the cluster is whole
-        (--early-driver): only a COMMAND that runs Python with its site hook and PYTHONPATH; not with
-        restarts or checkpoints, whose driver must fail, restart and resume on a whole cluster, nor with a
-        sandbox, which must answer before any of the driver's code runs."""
-        early = self.early_driver and not self.driver_restarts and not self.resumes and self.sandbox is None
-        return early and bool(self.command) and runs_python_with_site(self.command)
 
     @property
     def resumes(self) -> bool:
@@ -953,48 +678,6 @@ class JobSpec:
                 f"Ray's socket paths under it "
                 f"would pass the kernel's {MAX_SOCKET_PATH}-byte limit: keep it to {limit}",
             )
-
-
-def owned_option(option: str, owned: Mapping[str, object], exact: tuple[str, ...] = ()) -> str | None:
-    """The option of ``owned`` that sbatch or srun would read ``option`` (the part before '=') as, if any:
-    both take a long option's unambiguous start for the whole (getopt_long), and a short one's letter
-    with its value joined (-N4). ``exact`` are options of their own that begin an owned one's name."""
-    if option in owned:
-        return option
-    if not option.startswith("--"):
-        return option[:2] if option[:2] in owned else None
-    if len(option) < 3 or option in exact:
-        return None
-    return next((name for name in owned if name.startswith(option)), None)
-
-
-def passed_options(
-    flag: str,
-    args: tuple[str, ...],
-    program: str,
-    example: str,
-    owned: Mapping[str, str | None],
-    exact: tuple[str, ...] = (),
-) -> None:
-    """Each of ``args``, given with ``flag``, must be one option of ``program`` (sbatch, srun) on one line,
-    and none that raysub sets itself: those name the raysub option to use instead, if any."""
-    where = {"sbatch": "the header", "srun": "every step"}[program]
-    for arg in args:
-        option = arg.partition("=")[0]
-        if not arg.startswith("-") or _CONTROL.search(arg) or re.search(r"\s", option):
-            raise SpecError(
-                flag,
-                f"{arg!r} must be one {program} option such as {example}, on one line, with its value "
-                "after '='",
-            )
-        name = owned_option(option, owned, exact)
-        if name is not None:
-            raise SpecError(flag, _owned_message(arg, name, owned[name], where))
-
-
-def _owned_message(arg: str, owned: str, instead: str | None, where: str) -> str:
-    said = f"{arg!r} sets {owned}, which raysub controls in {where}"
-    return f"{said}: use raysub's {instead}" if instead else f"{said}; it cannot be changed"
 
 
 def time_limit_seconds(text: str) -> int | None:

@@ -19,11 +19,11 @@ from raysub.cli.options import (
     spec_option,
     write_output,
 )
+from raysub.job.view import LARGE_SCALE
 from raysub.profiles import ProfileError, load_profile
 from raysub.protocol import AuthMode, PreflightMode
 from raysub.protocol.logdir import LogDir
 from raysub.spec import (
-    LARGE_SCALE,
     LARGE_SCALE_NODES,
     PORT_BLOCK_SIZE,
     SANDBOX_FIXED_PORT,

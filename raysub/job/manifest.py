@@ -15,7 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from raysub import protocol
-from raysub.spec import LARGE_SCALE, JobSpec, Timing
+from raysub.job.view import LARGE_SCALE, JobView
+from raysub.spec import Timing
 
 # The node scripts, by the file a template becomes. The partial _ray.sh.j2 is part of node.sh.
 NODE_BASH = protocol.NODE_BASH
@@ -50,7 +51,7 @@ def timing_args(timing: Timing, name: str) -> list[str]:
     return [f"--{option}={value:g}" for option, value in options.items()]
 
 
-def _counter_args(spec: JobSpec) -> list[str]:
+def _counter_args(spec: JobView) -> list[str]:
     """The head's unit counter: what it waits for and how often it looks (with --scale large, Ray's node
     table less often)."""
     timing: Timing = spec.timing
@@ -68,7 +69,7 @@ def _counter_args(spec: JobSpec) -> list[str]:
     ]
 
 
-def _monitor_args(spec: JobSpec) -> list[str]:
+def _monitor_args(spec: JobView) -> list[str]:
     return [
         *_counter_args(spec),
         f"--monitor-interval={spec.monitor_interval}",
@@ -77,11 +78,11 @@ def _monitor_args(spec: JobSpec) -> list[str]:
     ]
 
 
-def _join_args(spec: JobSpec) -> list[str]:
+def _join_args(spec: JobView) -> list[str]:
     return ['--address-file="$JOIN_FILE"', *timing_args(spec.timing, "join")]
 
 
-def _preflight_args(spec: JobSpec) -> list[str]:
+def _preflight_args(spec: JobView) -> list[str]:
     return [
         '--log-dir="$LOG_DIR"',
         '--node="$HOST"',
@@ -93,18 +94,18 @@ def _preflight_args(spec: JobSpec) -> list[str]:
     ]
 
 
-def _checkpoints_args(spec: JobSpec) -> list[str]:
+def _checkpoints_args(spec: JobView) -> list[str]:
     return ['"$CHECKPOINT_DIR"', '${CHECKPOINT_MARKER:+"--marker=${CHECKPOINT_MARKER}"}']
 
 
-def _cleanup_args(spec: JobSpec) -> list[str]:
+def _cleanup_args(spec: JobView) -> list[str]:
     return [
         '--since="$RUN_SINCE"',
         *timing_args(spec.timing, "cleanup"),
     ]
 
 
-def _ray_logs_args(spec: JobSpec) -> list[str]:
+def _ray_logs_args(spec: JobView) -> list[str]:
     return [
         '--temp-dir="$TEMP_DIR"',
         '--log-dir="$LOG_DIR"',
@@ -114,11 +115,11 @@ def _ray_logs_args(spec: JobSpec) -> list[str]:
     ]
 
 
-def _smoke_args(spec: JobSpec) -> list[str]:
+def _smoke_args(spec: JobView) -> list[str]:
     return [shlex.quote(arg) for arg in spec.smoke_program[1:]]
 
 
-def _no_args(spec: JobSpec) -> list[str]:
+def _no_args(spec: JobView) -> list[str]:
     return []
 
 
@@ -129,8 +130,8 @@ class Program:
 
     name: str
     script: str
-    runs: Callable[[JobSpec], bool]
-    args: Callable[[JobSpec], list[str]]
+    runs: Callable[[JobView], bool]
+    args: Callable[[JobView], list[str]]
     purpose: str
 
 
@@ -190,16 +191,16 @@ MANIFEST = (
 ROWS = {program.name: program for program in MANIFEST}
 
 
-def selected(spec: JobSpec) -> list[Program]:
+def selected(spec: JobView) -> list[Program]:
     """The rows of the programs ``spec``'s job runs."""
     return [program for program in MANIFEST if program.runs(spec)]
 
 
-def program_args(spec: JobSpec, name: str) -> str:
+def program_args(spec: JobView, name: str) -> str:
     """Program ``name``'s arguments for ``spec``, as they go on its command line in the node script."""
     return " ".join(ROWS[name].args(spec))
 
 
-def program_call(spec: JobSpec, name: str) -> str:
+def program_call(spec: JobView, name: str) -> str:
     """``node_program NAME ARGS``: how a node script runs program ``name`` (lib.sh's node_program)."""
     return " ".join(["node_program", name, *ROWS[name].args(spec)])

@@ -12,10 +12,10 @@ import jinja2
 
 from raysub import __version__, protocol, slurm
 from raysub.job import manifest
+from raysub.job.view import LARGE_SCALE, JobView
 from raysub.protocol import preflight_log
 from raysub.spec import (
     CHECKPOINT_PLACEHOLDER,
-    LARGE_SCALE,
     MAX_SOCKET_PATH,
     PORT_BLOCK_SIZE,
     RAY_SOCKET_SUFFIX,
@@ -112,7 +112,7 @@ class EmbeddedScript:
 
 def node_programs(spec: JobSpec) -> list[str]:
     """The node programs (raysub/job/programs/<name>.py) this job's scripts run: its manifest rows."""
-    return [program.name for program in manifest.selected(spec)]
+    return [program.name for program in manifest.selected(JobView(spec))]
 
 
 @cache
@@ -178,8 +178,9 @@ def render(spec: JobSpec) -> str:
     """The sbatch script for ``spec``, after checking it (raises SpecError)."""
     spec.check()
     env = environment()
+    view = JobView(spec)
     context = {
-        "spec": spec,
+        "spec": view,
         "files": protocol.template_names(),
         "version": __version__,
         "socket_suffix": RAY_SOCKET_SUFFIX,
@@ -201,8 +202,8 @@ def render(spec: JobSpec) -> str:
         "log_files": protocol.batch_log_files(spec.workers > 0, spec.sandbox is not None),
         "worker_log_format": protocol.worker_log_format(spec.workers),
         "payload_line": PAYLOAD_LINE,
-        "program_call": functools.partial(manifest.program_call, spec),
-        "program_args": functools.partial(manifest.program_args, spec),
+        "program_call": functools.partial(manifest.program_call, view),
+        "program_args": functools.partial(manifest.program_args, view),
     }
     scripts = []
     for name, template in EMBEDDED:

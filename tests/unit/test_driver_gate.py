@@ -12,6 +12,7 @@ import pytest
 from raysub import protocol
 from raysub.job.programs import driver_gate
 from raysub.job.render import node_library
+from raysub.job.view import JobView
 from raysub.spec import JobSpec, Sandbox, runs_python_with_site
 
 GATE = dict(node_library())[f"{protocol.NODE_PYTHON_DIR}/{protocol.DRIVER_GATE_DIR}/sitecustomize.py"]
@@ -119,15 +120,15 @@ def test_without_the_heads_variables_the_gate_only_hands_on(job: Path) -> None:
 )
 def test_which_commands_start_early(argv: tuple[str, ...], early: bool) -> None:
     assert runs_python_with_site(argv) is early
-    assert JobSpec(nodes=2, command=argv).starts_driver_early is early
-    assert not JobSpec(nodes=2, command=argv, early_driver=False).starts_driver_early
+    assert JobView(JobSpec(nodes=2, command=argv)).starts_driver_early is early
+    assert not JobView(JobSpec(nodes=2, command=argv, early_driver=False)).starts_driver_early
 
 
 def test_jobs_whose_driver_needs_a_whole_cluster_first_have_no_early_driver() -> None:
-    assert not JobSpec(nodes=2, smoke=True).starts_driver_early
-    assert not JobSpec(nodes=2).starts_driver_early  # interactive
+    assert not JobView(JobSpec(nodes=2, smoke=True)).starts_driver_early
+    assert not JobView(JobSpec(nodes=2)).starts_driver_early  # interactive
     python = ("python", "train.py")
-    assert not JobSpec(nodes=2, command=python, driver_restarts=2).starts_driver_early
-    assert not JobSpec(nodes=2, command=python, checkpoint_dir="/ckpt").starts_driver_early
+    assert not JobView(JobSpec(nodes=2, command=python, driver_restarts=2)).starts_driver_early
+    assert not JobView(JobSpec(nodes=2, command=python, checkpoint_dir="/ckpt")).starts_driver_early
     sandbox = Sandbox(command="serve", port=6000)
-    assert not JobSpec(nodes=2, command=python, sandbox=sandbox).starts_driver_early
+    assert not JobView(JobSpec(nodes=2, command=python, sandbox=sandbox)).starts_driver_early

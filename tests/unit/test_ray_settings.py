@@ -5,7 +5,8 @@ import subprocess
 import pytest
 
 from raysub.job.render import render
-from raysub.spec import LARGE_SCALE, JobSpec
+from raysub.job.view import LARGE_SCALE
+from raysub.spec import JobSpec
 
 TIMEOUT = "RAY_raylet_client_connect_timeout_milliseconds"
 ATTEMPTS = "RAY_raylet_client_num_connect_attempts"

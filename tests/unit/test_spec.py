@@ -12,6 +12,7 @@ from raysub import protocol
 from raysub.cli.authoring import render as render_command
 from raysub.job.manifest import program_args
 from raysub.job.render import render
+from raysub.job.view import JobView
 from raysub.protocol import AuthMode
 from raysub.spec import (
     BOUNDS,
@@ -50,15 +51,15 @@ def error_of(job: JobSpec) -> SpecError:
 
 @pytest.mark.parametrize(("retries", "attempts"), [(0, 1), (2, 3), (9, 10)])
 def test_attempts_are_the_first_try_and_every_retry(retries: int, attempts: int) -> None:
-    assert spec(head_retries=retries).head_attempts == attempts
-    assert spec(worker_retries=retries).worker_attempts == attempts
+    assert JobView(spec(head_retries=retries)).head_attempts == attempts
+    assert JobView(spec(worker_retries=retries)).worker_attempts == attempts
 
 
 @pytest.mark.parametrize(("timeout", "retries", "wait"), [(300, 2, 960), (1, 0, 61), (45, 1, 150)])
 def test_a_worker_waits_a_minute_longer_than_every_head_attempt(
     timeout: int, retries: int, wait: int
 ) -> None:
-    assert spec(head_timeout=timeout, head_retries=retries).worker_head_wait == wait
+    assert JobView(spec(head_timeout=timeout, head_retries=retries)).worker_head_wait == wait
 
 
 def test_the_worker_script_waits_worker_head_wait_seconds_for_the_head() -> None:
@@ -78,7 +79,7 @@ def test_looks_slow_down_as_jobs_grow(nodes: int, first_minute_cs: int, most_cs:
     look about a thousand times a second at most, whatever its size (at 4096 nodes, 16,000 looks a
     second at the shared filesystem's metadata server otherwise)."""
     job = spec(nodes=nodes)
-    assert (job.signal_look_cs, job.look_max_cs) == (first_minute_cs, most_cs)
+    assert (JobView(job).signal_look_cs, JobView(job).look_max_cs) == (first_minute_cs, most_cs)
     script = render(job)
     assert f"    pause {first_minute_cs}\n" in script
     assert f"  local cs=$((WAITED_CS / 10)) most={most_cs}\n" in script
@@ -97,7 +98,7 @@ def test_looks_slow_down_as_jobs_grow(nodes: int, first_minute_cs: int, most_cs:
 )
 def test_temp_parent_per_job_when_j_is_above_the_last_part(temp_dir: str, per_job: bool) -> None:
     job = spec(ray_temp_dir=temp_dir)
-    assert job.temp_parent_per_job is per_job
+    assert JobView(job).temp_parent_per_job is per_job
     assert ("TEMP_PARENT=$own" in render(job)) is per_job
 
 
@@ -112,7 +113,7 @@ def test_token_auth(auth: AuthMode, token: bool) -> None:
 )
 def test_requests_gpus_only_with_gpus_and_gpu_request(gpus: int, gpu_request: bool, requested: bool) -> None:
     job = spec(gpus_per_node=gpus, gpu_request=gpu_request)
-    assert job.requests_gpus is requested
+    assert JobView(job).requests_gpus is requested
     assert ("#SBATCH --gpus-per-node=" in render(job)) is requested
 
 
@@ -128,7 +129,11 @@ def test_units_are_gpus_or_nodes_without_gpus(
     gpus: int, dedicated: bool, counts_gpus: bool, name: str, expected: int
 ) -> None:
     job = spec(gpus_per_node=gpus, dedicated_head=dedicated)
-    assert (job.counts_gpus, job.units_name, job.expected_units) == (counts_gpus, name, expected)
+    assert (job.counts_gpus, JobView(job).units_name, JobView(job).expected_units) == (
+        counts_gpus,
+        name,
+        expected,
+    )
     assert f"{name} joined after {job.workers_timeout} s" in render(job)
 
 
@@ -137,11 +142,11 @@ def test_sandbox_every_node(nodes: SandboxNodes, every_node: bool, sandbox_nodes
     job = spec(sandbox=Sandbox(command="serve", port=6000, nodes=nodes))
     assert job.sandbox is not None
     assert job.sandbox.every_node is every_node
-    assert job.sandbox_nodes == sandbox_nodes
+    assert JobView(job).sandbox_nodes == sandbox_nodes
 
 
 def test_no_sandbox_runs_on_no_node() -> None:
-    assert SPEC.sandbox_nodes == 0
+    assert JobView(SPEC).sandbox_nodes == 0
 
 
 # ---- the table of lower limits ----
@@ -308,12 +313,12 @@ def test_jobs_on_shared_nodes_take_blocks_of_ports_and_whole_nodes_keep_fixed_on
     assert (spec.port_blocks is not None) == blocks
     if blocks:
         # Every port at its own place in the block, the worker ports after the single ones, to its end.
-        places = [spec.port_sh(name) for name in Ports.__dataclass_fields__]
+        places = [JobView(spec).port_sh(name) for name in Ports.__dataclass_fields__]
         assert len(set(places)) == len(places)
-        assert spec.port_sh("gcs") == "$((PORT_BASE + 0))"
-        assert spec.port_sh("max_worker") == f"$((PORT_BASE + {PORT_BLOCK_SIZE - 1}))"
+        assert JobView(spec).port_sh("gcs") == "$((PORT_BASE + 0))"
+        assert JobView(spec).port_sh("max_worker") == f"$((PORT_BASE + {PORT_BLOCK_SIZE - 1}))"
     else:
-        assert spec.port_sh("gcs") == "6379"
+        assert JobView(spec).port_sh("gcs") == "6379"
 
 
 def test_scale_auto_is_large_from_256_nodes_and_either_mode_can_be_asked_for() -> None:
@@ -331,17 +336,19 @@ def test_join_waves_all_start_by_half_of_the_workers_timeout(
     nodes: int, workers_timeout: int, waves: int, wait: int
 ) -> None:
     spec = dataclasses.replace(SPEC, nodes=nodes, scale="large", workers_timeout=workers_timeout)
-    assert (spec.join_waves, spec.join_wave_wait_s) == (waves, wait)
-    assert (spec.join_waves - 1) * spec.join_wave_wait_s <= max(workers_timeout // 2, spec.join_waves)
-    assert dataclasses.replace(spec, scale="normal").join_waves == 1
+    assert (JobView(spec).join_waves, JobView(spec).join_wave_wait_s) == (waves, wait)
+    assert (JobView(spec).join_waves - 1) * JobView(spec).join_wave_wait_s <= max(
+        workers_timeout // 2, JobView(spec).join_waves
+    )
+    assert JobView(dataclasses.replace(spec, scale="normal")).join_waves == 1
 
 
 def test_a_large_job_reads_rays_node_table_once_a_second_and_names_known_bad_rays() -> None:
-    assert "--brisk=0.05" in program_args(SPEC, "monitor")
-    assert "--large-scale" not in program_args(SPEC, "monitor")
+    assert "--brisk=0.05" in program_args(JobView(SPEC), "monitor")
+    assert "--large-scale" not in program_args(JobView(SPEC), "monitor")
     large = dataclasses.replace(SPEC, scale="large")
-    assert "--brisk=1" in program_args(large, "monitor")
-    assert "--large-scale" in program_args(large, "monitor")
+    assert "--brisk=1" in program_args(JobView(large), "monitor")
+    assert "--large-scale" in program_args(JobView(large), "monitor")
 
 
 def test_a_port_range_holds_whole_blocks_only() -> None:
