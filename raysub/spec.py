@@ -41,6 +41,8 @@ _ARRAY = re.compile(r"\d+(-\d+(:\d+)?)?(,\d+(-\d+(:\d+)?)?)*(%\d+)?")
 _MEMORY = re.compile(r"[0-9]+[KMGT]?", re.IGNORECASE)
 _SLURM_TIME = re.compile(r"(\d+-)?\d+(:\d+){0,2}|\d+-\d+|UNLIMITED|INFINITE", re.IGNORECASE)
 FORWARDABLE_SIGNALS = ("USR1", "USR2", "INT", "HUP", "QUIT")
+# What the batch script forwards with --signal-before when --forward-signal does not say.
+DEFAULT_FORWARD_SIGNAL = "USR1"
 _INTERFACE = re.compile(r"[A-Za-z0-9_.:@-]{1,15}")
 _HOST = re.compile(r"[A-Za-z0-9_.:-]{1,253}")
 _MODE = re.compile(r"0?[0-7]{3}")
@@ -324,7 +326,7 @@ class JobSpec:
     sandbox: Sandbox | None = None
     requeue: bool = False
     signal_before: int | None = None
-    forward_signal: str = "USR1"
+    forward_signal: str | None = None  # None: USR1 with --signal-before, else no forwarding at all
     auth: AuthMode = "token"
     dashboard: bool = True
     dashboard_host: str | None = None
@@ -593,7 +595,7 @@ class JobSpec:
                 f"{self.signal_before} s is not before the end of --time {self.time} ({limit} s): "
                 "the warning would come at the start of the job, or never",
             )
-        if self.forward_signal not in FORWARDABLE_SIGNALS:
+        if self.forward_signal is not None and self.forward_signal not in FORWARDABLE_SIGNALS:
             raise SpecError(
                 "--forward-signal", f"{self.forward_signal!r} is not one of {', '.join(FORWARDABLE_SIGNALS)}"
             )
@@ -770,7 +772,8 @@ def spec_from_options(values: Mapping[str, Any]) -> JobSpec:
     }
     for name in ("sbatch_args", "ray_start_args", "srun_args"):
         plain[name] = tuple(plain[name])
-    plain["forward_signal"] = str(plain["forward_signal"]).upper().removeprefix("SIG")
+    if plain["forward_signal"] is not None:
+        plain["forward_signal"] = str(plain["forward_signal"]).upper().removeprefix("SIG")
     return JobSpec(
         **plain,
         nodes=nodes,

@@ -254,7 +254,9 @@ def profile_keys(command: click.Command) -> dict[str, click.Parameter]:
 )
 @spec_option(
     "--forward-signal",
-    help="The signal passed on to the driver's process group (preemption or time-limit warning).",
+    help="The signal the batch script passes on to the driver's process group (a preemption or time-limit "
+    "warning): USR1 with --signal-before unless given. Without either, the batch script forwards no signal; "
+    "give it alone to forward one you send yourself (scancel --batch --signal=USR1 JOB).",
 )
 @option(
     "--sandbox-command",

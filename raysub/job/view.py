@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from raysub.protocol import UnitKind, file_mode_for_logs
-from raysub.spec import JobSpec, PortBlocks, runs_python_with_site
+from raysub.spec import DEFAULT_FORWARD_SIGNAL, JobSpec, PortBlocks, runs_python_with_site
 
 
 @dataclass(frozen=True)
@@ -216,3 +216,11 @@ class JobView:
             and self.spec.sandbox is None
         )
         return early and bool(self.spec.command) and runs_python_with_site(self.spec.command)
+
+    @property
+    def forwarded_signal(self) -> str | None:
+        """The signal the batch script passes on to the driver: --forward-signal, or USR1 with
+        --signal-before; None when neither asks for forwarding (the script then has none of its code)."""
+        if self.spec.forward_signal is not None:
+            return self.spec.forward_signal
+        return DEFAULT_FORWARD_SIGNAL if self.spec.signal_before is not None else None

@@ -713,7 +713,7 @@ start_batch() {
 time.sleep(2)
 signal.signal(signal.SIGUSR1, lambda *_: (pathlib.Path(sys.argv[1]).write_text(\"got\"), sys.exit(0)))
 time.sleep(60)' ${marker}"
-  render_batch
+  render_batch --forward-signal USR1
   start_batch
   kill -USR1 "$batch_pid"
   wait_file "${JOB_LOG_DIR}/${P_SIGNAL_PENDING}"
@@ -735,7 +735,7 @@ time.sleep(60)' ${marker}"
 @test "a held warning signal goes to the whole group of a driver that does not handle it, after the grace" {
   local batch_status=0 started
   export DRIVER="exec sleep 60"
-  render_batch
+  render_batch --forward-signal USR1
   # The grace, 30 s as rendered, cut short for the test.
   sed -i 's/^readonly SIGNAL_GRACE_S=30$/readonly SIGNAL_GRACE_S=3/' "${BATS_TEST_TMPDIR}/job.sub"
   run grep -c '^readonly SIGNAL_GRACE_S=3$' "${BATS_TEST_TMPDIR}/job.sub"

@@ -169,7 +169,8 @@ def test_usr1_to_the_batch_shell_reaches_the_driver(minicluster: MiniCluster, sl
         "pathlib.Path('driver_running').touch()\n"
         "time.sleep(300)\n"
     )
-    job_id, logs = submit(minicluster, slurm_tmp, ["--nodes", "2", *NO_GPUS, "--", "python", "-c", driver])
+    args = ["--nodes", "2", *NO_GPUS, "--forward-signal", "USR1", "--", "python", "-c", driver]
+    job_id, logs = submit(minicluster, slurm_tmp, args)
     wait_for(slurm_tmp / "driver_running")
     minicluster.run("scancel", "--batch", "--signal=USR1", str(job_id))
     result = minicluster.wait(job_id)

@@ -142,7 +142,8 @@ CATCHING_DRIVER = textwrap.dedent(
 def usr1_job(minicluster: MiniCluster, slurm_tmp: Path, how: str) -> tuple[int, LogDir]:
     driver = slurm_tmp / "driver.py"
     driver.write_text(CATCHING_DRIVER)
-    return submit(minicluster, slurm_tmp, ["--nodes", "2", *NO_GPUS, "--", "python", str(driver), how])
+    args = ["--nodes", "2", *NO_GPUS, "--forward-signal", "USR1", "--", "python", str(driver), how]
+    return submit(minicluster, slurm_tmp, args)
 
 
 def test_a_driver_that_exits_0_after_the_warning_was_interrupted_not_finished(

@@ -268,7 +268,9 @@ SIGNALLED_DRIVER = textwrap.dedent(
 def test_a_driver_that_saves_on_the_warning_signal_and_exits_0_is_resubmitted_and_resumes(
     minicluster: MiniCluster, slurm_tmp: Path
 ) -> None:
-    checkpoints, running, script = checkpointing_job(minicluster, slurm_tmp, SIGNALLED_DRIVER)
+    checkpoints, running, script = checkpointing_job(
+        minicluster, slurm_tmp, SIGNALLED_DRIVER, "--forward-signal", "USR1"
+    )
     with watching(
         minicluster, script, "--checkpoint-dir", str(checkpoints), "--max-resubmissions", "1"
     ) as watch:
