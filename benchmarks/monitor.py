@@ -21,7 +21,7 @@ sys.path.insert(0, str(REPO))
 
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
-from raysub.job.lib.scrape import RayGpuMonitor  # noqa: E402
+from raysub.gpu_monitor import RayGpuMonitor  # noqa: E402
 from raysub.protocol.readings import GIB, parse_node_metrics  # noqa: E402
 from tests.support.ray_metrics import Gpu, exposition, serve  # noqa: E402
 

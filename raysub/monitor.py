@@ -7,7 +7,7 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-from raysub.job.lib.scrape import RayGpuMonitor, tokens_per_second_per_gpu
+from raysub.gpu_monitor import RayGpuMonitor, tokens_per_second_per_gpu
 from raysub.jobs import Job
 from raysub.protocol.metrics_log import Snapshot, read_snapshots
 from raysub.protocol.preflight_log import read_checks

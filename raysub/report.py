@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from itertools import groupby, pairwise
 
 from raysub import protocol
+from raysub.gpu_monitor import summarize
 from raysub.health.options import Options
 from raysub.health.runs import DriverRun, JobRun, StepGap, read_job_run, step_gaps
-from raysub.job.lib.scrape import summarize
 from raysub.jobs import Job
 from raysub.monitor import power_caps
 from raysub.protocol.metrics_log import Snapshot, read_snapshots

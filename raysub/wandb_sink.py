@@ -5,7 +5,7 @@ Only this module imports wandb, and only when a sink logs; raysub itself never n
 
 from typing import Any
 
-from raysub.job.lib.scrape import RayGpuMonitor
+from raysub.gpu_monitor import RayGpuMonitor
 
 
 class WandbSink:

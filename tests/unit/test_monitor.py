@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from raysub.job.lib.scrape import RayGpuMonitor, summarize, tokens_per_second_per_gpu
+from raysub.gpu_monitor import RayGpuMonitor, summarize, tokens_per_second_per_gpu
 from raysub.job.programs.monitor import IdleAlarm
 from raysub.monitor import table
 from raysub.protocol.metrics_log import MetricsFile, snapshot_line

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from raysub.gpu_monitor import RayGpuMonitor
 from raysub.health.progress import StepPoint, step_points
 from raysub.health.runs import clock_offset, read_job_run, step_gaps
-from raysub.job.lib.scrape import RayGpuMonitor
 from raysub.protocol import (
     DRIVER_RESTART_LOG_PREFIX,
     PHASE_CANARY_OK,

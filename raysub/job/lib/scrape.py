@@ -1,7 +1,6 @@
-"""GPU, CPU and memory of every Ray node, for trainers: ``RayGpuMonitor`` inside a Ray driver, ``flush()``
-into wandb or tensorboard (docs/monitor.md). The job's own monitor sidecar (raysub/job/programs/sidecar.py)
-uses it too, so this module is shipped to the nodes with it and keeps to the same rules
-(raysub/job/programs/__init__.py).
+"""Scraping every Ray node's metrics endpoint (Prometheus text) concurrently, each with a timeout: the job's
+monitor sidecar (raysub/job/programs/monitor.py) takes a snapshot with it each --monitor-interval, and
+raysub.gpu_monitor.RayGpuMonitor, for trainers, builds on it.
 """
 
 from __future__ import annotations
@@ -11,123 +10,31 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 
 from raysub.job.lib import gcs
 from raysub.protocol.readings import NodeMetrics, parse_node_metrics
 
 
-def tokens_per_second_per_gpu(tokens: float, seconds: float, num_gpus: int) -> float:
-    """Throughput per GPU; 0.0 when there is no time, no GPU or no finite count to divide."""
-    if seconds <= 0 or num_gpus <= 0 or not math.isfinite(tokens) or not math.isfinite(seconds):
-        return 0.0
-    return tokens / seconds / num_gpus
-
-
-def ray_endpoints() -> dict[str, str]:
-    """Every alive node's metrics URL, keyed by its node name (Ray's default: its IP), from ``ray.nodes()``.
-
-    Needs a connected Ray driver (``ray.init()``)."""
-    import ray
-
-    return {
-        node.get("NodeName") or node["NodeManagerAddress"]: gcs.metrics_url(
-            node["NodeManagerAddress"], node["MetricsExportPort"]
-        )
-        for node in ray.nodes()  # type: ignore[no-untyped-call]
-        if node.get("Alive") and node.get("MetricsExportPort")
-    }
-
-
 def gcs_endpoints(address: str) -> Callable[[], dict[str, str]]:
-    """Like ray_endpoints, straight from the GCS at ``address`` (no driver): what the sidecar uses."""
+    """Every alive node's metrics URL by node name, read straight from the GCS at ``address`` (no
+    driver): what the sidecar uses."""
     client = gcs.connect(address)
     return lambda: gcs.endpoints(client)
 
 
-@dataclass
-class _Stat:
-    """Running min/mean/max of one reading, over the run and since the last flush."""
-
-    count: int = 0
-    total: float = 0.0
-    low: float = math.inf
-    high: float = -math.inf
-    flush_count: int = 0
-    flush_total: float = 0.0
-
-    def add(self, value: float) -> None:
-        self.count += 1
-        self.total += value
-        self.low = min(self.low, value)
-        self.high = max(self.high, value)
-        self.flush_count += 1
-        self.flush_total += value
-
-    def summary(self) -> dict[str, float]:
-        return {"min": self.low, "mean": self.total / self.count, "max": self.high}
-
-
-Summary = dict[str, dict[str, dict[str, float]]]
-
-
-def _record(stats: dict[tuple[str, str], _Stat], nodes: Mapping[str, NodeMetrics]) -> None:
-    for subject, quantity, value in readings(nodes):
-        stats.setdefault((subject, quantity), _Stat()).add(value)
-
-
-def _summary(stats: Mapping[tuple[str, str], _Stat]) -> Summary:
-    out: Summary = {}
-    for (subject, quantity), stat in sorted(stats.items()):
-        out.setdefault(subject, {})[quantity] = stat.summary()
-    return out
-
-
-def summarize(cycles: Iterable[Mapping[str, NodeMetrics]]) -> Summary:
-    """min/mean/max of every reading over ``cycles``, as RayGpuMonitor.summary() gives them."""
-    stats: dict[tuple[str, str], _Stat] = {}
-    for nodes in cycles:
-        _record(stats, nodes)
-    return _summary(stats)
-
-
-def readings(nodes: Mapping[str, NodeMetrics]) -> Iterator[tuple[str, str, float]]:
-    """(subject, quantity, value) for every known reading: subjects are ``node`` and ``node/gpuN``."""
-    for name, node in nodes.items():
-        for quantity in ("cpu_util_pct", "ram_used_gib"):
-            value = getattr(node, quantity)
-            if value is not None:
-                yield name, quantity, value
-        for gpu in node.gpus:
-            for quantity in ("util_pct", "mem_used_gib", "temperature_c", "power_w"):
-                value = getattr(gpu, quantity)
-                if value is not None:
-                    yield f"{name}/gpu{gpu.index}", quantity, value
-
-
-class RayGpuMonitor:
-    """Scrapes every Ray node's metrics endpoint every ``interval`` seconds in a daemon thread.
-
-    Nodes are found through ``endpoints`` (default: ``ray.nodes()``, so call ``ray.init()`` first) at
-    the start and every ``rediscover`` seconds, so nodes that join later appear; they are keyed by node
-    name or IP, never by position. Nodes are scraped concurrently, each with ``timeout``; a node that
-    fails or serves malformed text is skipped and counted in ``failures``. Use as a context manager, or
-    ``start()`` and ``stop()``.
-
-    Example:
-        with RayGpuMonitor(interval=10) as monitor:
-            for step in range(steps):
-                train_step()
-                wandb.log(monitor.flush(), step=step)
-    """
+class Scraper:
+    """Scrapes every Ray node's metrics endpoint, found through ``endpoints`` at the first collection and
+    every ``rediscover`` seconds, so that nodes that join later appear; nodes are keyed by name or IP,
+    never by position, and scraped concurrently, each with ``timeout``. A node that fails or serves
+    malformed text is skipped that cycle and counted in ``failures``."""
 
     def __init__(
         self,
+        endpoints: Callable[[], Mapping[str, str]],
         interval: float = 5.0,
         timeout: float = 3.0,
-        endpoints: Callable[[], Mapping[str, str]] | None = None,
         rediscover: float = 30.0,
     ) -> None:
         self.interval = interval
@@ -136,14 +43,10 @@ class RayGpuMonitor:
         self.failures = 0
         self.latest: dict[str, NodeMetrics] = {}
         self.failed: list[str] = []
-        self._endpoints_source = endpoints or ray_endpoints
+        self._endpoints_source = endpoints
         self._endpoints: dict[str, str] = {}
         self._discovered_at = -math.inf
-        self._stats: dict[tuple[str, str], _Stat] = {}
-        self._flush_failures = 0
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="raysub-monitor-scrape")
 
     @property
@@ -153,6 +56,9 @@ class RayGpuMonitor:
     def _scrape(self, url: str) -> NodeMetrics:
         with urllib.request.urlopen(url, timeout=self.timeout) as response:  # noqa: S310 (http:// built by gcs.metrics_url)
             return parse_node_metrics(response.read().decode("utf-8", errors="replace"))
+
+    def collected(self, nodes: Mapping[str, NodeMetrics], failed: list[str]) -> None:
+        """Called with each cycle's readings, under the lock; a subclass keeps what it needs of them."""
 
     def collect_once(self) -> dict[str, NodeMetrics]:
         """One cycle: (re)discover when due, scrape every node, record and return the readings."""
@@ -174,54 +80,9 @@ class RayGpuMonitor:
         with self._lock:
             self.latest, self.failed = nodes, failed
             self.failures += len(failed)
-            self._flush_failures += len(failed)
-            _record(self._stats, nodes)
+            self.collected(nodes, failed)
         return nodes
 
-    def flush(self) -> dict[str, float]:
-        """Means since the last flush, as flat ``ray/...`` keys (docs/monitor.md has the scheme)."""
-        out: dict[str, float] = {}
-        cluster: dict[str, list[float]] = {}
-        with self._lock:
-            for (subject, quantity), stat in sorted(self._stats.items()):
-                if not stat.flush_count:
-                    continue
-                mean = stat.flush_total / stat.flush_count
-                out[f"ray/{subject}/{quantity}"] = mean
-                scope = "gpu_" if "/gpu" in subject else ""
-                cluster.setdefault(f"ray/cluster/{scope}{quantity}", []).append(mean)
-                stat.flush_count, stat.flush_total = 0, 0.0
-            out["ray/cluster/nodes"] = float(len(self.latest))
-            out["ray/cluster/failed_scrapes"] = float(self._flush_failures)
-            self._flush_failures = 0
-        out.update({key: sum(values) / len(values) for key, values in cluster.items()})
-        return out
-
-    def summary(self) -> Summary:
-        """min/mean/max over the whole run: ``{"node1/gpu0": {"util_pct": {"min":…, "mean":…, "max":…}}}``."""
-        with self._lock:
-            return _summary(self._stats)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.collect_once()
-            self._stop.wait(self.interval)
-
-    def start(self) -> RayGpuMonitor:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="raysub-monitor", daemon=True)
-            self._thread.start()
-        return self
-
     def stop(self) -> None:
-        """Returns at once when the collector sleeps; a scrape in flight finishes on its own."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=0.2)
+        """A scrape in flight finishes on its own."""
         self._pool.shutdown(wait=False, cancel_futures=True)
-
-    def __enter__(self) -> RayGpuMonitor:
-        return self.start()
-
-    def __exit__(self, *_: object) -> None:
-        self.stop()

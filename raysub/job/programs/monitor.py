@@ -16,7 +16,7 @@ from pathlib import Path
 
 from raysub import protocol
 from raysub.job.lib import counter
-from raysub.job.lib.scrape import RayGpuMonitor, gcs_endpoints
+from raysub.job.lib.scrape import Scraper, gcs_endpoints
 from raysub.job.lib.waits import Background
 from raysub.protocol.metrics_log import metrics_file, snapshot_line
 from raysub.protocol.readings import NodeMetrics
@@ -52,7 +52,7 @@ class IdleAlarm:
 def sample(
     log_dir: Path,
     node: str,
-    monitor: RayGpuMonitor,
+    monitor: Scraper,
     idle: IdleAlarm,
     going: Callable[[], bool],
 ) -> None:
@@ -81,7 +81,7 @@ def start(
 ) -> threading.Thread:
     """The sidecar in a thread of this process (the unit counter's: one Python with Ray's GCS client
     loaded on the head, not two)."""
-    monitor = RayGpuMonitor(interval=interval, endpoints=endpoints)
+    monitor = Scraper(endpoints, interval)
     thread = threading.Thread(
         target=sample, args=(log_dir, node, monitor, idle, going), name="monitor", daemon=True
     )
