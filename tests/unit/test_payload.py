@@ -72,9 +72,11 @@ def readable_lines(spec: JobSpec) -> int:
 
 
 def test_a_plain_jobs_readable_part_is_a_few_hundred_lines() -> None:
-    # 450 and 500 until the check that LOG_DIR's base is safe from other users (about 45 lines) came.
-    assert readable_lines(PLAIN) < 475
-    assert readable_lines(BIGGEST) < 525
+    # 450 and 500 until the check that LOG_DIR's base is safe from other users (about 45 lines) came; then
+    # 475 and 525; a plain job lost the signal forwarding it never asked for (97 lines) and every job got
+    # its run order at the top (about 25).
+    assert readable_lines(PLAIN) < 400
+    assert readable_lines(BIGGEST) < 550
 
 
 @pytest.mark.parametrize("name", sorted(SPECS))
