@@ -148,13 +148,17 @@ def test_every_file_of_log_dir_is_in_the_table() -> None:
 
 
 def test_architecture_states_the_script_sizes_as_measured() -> None:
-    from raysub.job.render import PAYLOAD_LINE, render
-    from tests.unit.test_payload import BIGGEST, PLAIN
+    from raysub.job.render import PAYLOAD_LINE, node_library, node_programs, render
+    from tests.unit.test_payload import BIGGEST, BUDGETS
 
     rows = []
-    for name, spec in (("plain: 2 nodes, `-- python train.py`", PLAIN), ("biggest combination", BIGGEST)):
+    kinds = [(kind, spec, str(budget)) for kind, (spec, budget) in sorted(BUDGETS.items())]
+    for name, spec, budget in [*kinds, ("biggest combination", BIGGEST, "")]:
         script = render(spec)
         readable = script.partition(PAYLOAD_LINE)[0].count("\n")
-        rows.append((name, str(readable), str(script.count("\n")), f"{len(script.encode()) // 1024} KiB"))
-    table = markdown_table(("job", "lines before the PAYLOAD line", "lines in all", "size"), rows)
+        python = sum(len(path.read_text().splitlines()) for _, path in node_library(spec))
+        programs = ", ".join(node_programs(spec))
+        rows.append((name, str(readable), str(script.count("\n")), budget, str(python), programs))
+    header = ("job", "lines before the PAYLOAD line", "lines in all", "budget", "of them Python", "programs")
+    table = markdown_table(header, rows)
     check_generated(REPO / "docs" / "architecture.md", "script sizes", table)
