@@ -236,14 +236,14 @@ BOUNDS = (
 
 @dataclass(frozen=True)
 class Timing:
-    """Every poll interval, backoff and deadline of a job that is not an option of its own, each written once:
+    """Every look interval, backoff and deadline of a job that is not an option of its own, each written once:
     the templates render them into the bash and the node scripts pass them to the node programs as
     arguments. (Those a user sets are JobSpec fields: --head-timeout, --workers-timeout, --restart-backoff,
     --monitor-interval, --gpu-idle-after, --wait-gpus and the sandbox's timeout.) Seconds unless the name
     says centiseconds (_cs)."""
 
     # The batch script.
-    supervisor_tick_s: int = 2  # the supervisor looks at srun's logs this often while no step ends
+    supervisor_look_s: int = 2  # the supervisor looks at srun's logs this often while no step ends
     leave_s: int = 10  # steps still running after ENDED get this long to leave before Slurm ends them
     # A warning signal held while no driver ran waits this long for the next driver to handle it: a driver
     # installs its handler after its imports and ray.init, seconds after it starts.
@@ -260,13 +260,13 @@ class Timing:
     ray_retry_s: int = 1  # between two tries to start Ray on a node
     head_answers_s: int = 3  # a worker whose Ray left: does the head still take a connection?
     driver_stop_s: int = 3  # the driver's processes after TERM, before KILL
-    head_poll_s: float = 0.05  # the head's looks at its own Ray and at the units file while it waits
+    head_look_s: float = 0.05  # the head's looks at its own Ray and at the units file while it waits
     # The node programs.
     join_look_s: float = 0.25  # join.py: for the head's address, when no SIGCONT said it is there
     units_ready_look_s: float = 0.02  # units.py: for the address file, a node-local stat
     units_brisk_s: float = 0.05  # units.py: the node table until every unit joined
     units_slow_s: float = 5.0  # units.py: afterwards
-    gate_poll_s: float = 0.02  # the early driver's gate: for DRIVER_STARTED
+    gate_look_s: float = 0.02  # the early driver's gate: for DRIVER_STARTED
     cleanup_timeout_s: float = 60.0  # cleanup.py: all of a clean-up before a driver restart
     # cleanup.py: Ray kills a dead driver's workers itself within a second or two; a kill of ours before
     # then would race it.

@@ -80,7 +80,7 @@ ENV_DRIVER_RUN = f"{ENV_PREFIX}DRIVER_RUN"
 ENV_DRIVER_GATE = f"{ENV_PREFIX}DRIVER_GATE"
 ENV_DRIVER_GATE_ENDED = f"{ENV_PREFIX}DRIVER_GATE_ENDED"
 ENV_DRIVER_PYTHONPATH = f"{ENV_PREFIX}DRIVER_PYTHONPATH"
-ENV_DRIVER_GATE_POLL = f"{ENV_PREFIX}DRIVER_GATE_POLL"  # how often the gate looks (seconds)
+ENV_DRIVER_GATE_LOOK = f"{ENV_PREFIX}DRIVER_GATE_LOOK"  # how often the gate looks (seconds)
 
 # The timeline: one JSON object per line, {"t": <epoch seconds>, "phase": ..., "node": ..., "detail": ...},
 # appended under an flock on TIMELINE_LOCK so lines from different nodes never interleave.

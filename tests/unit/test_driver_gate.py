@@ -48,7 +48,7 @@ def start(job: Path, *, gate: bool = True, pythonpath: str | None = None) -> sub
         env[protocol.ENV_DRIVER_GATE] = str(job / protocol.DRIVER_STARTED)
         env[protocol.ENV_DRIVER_GATE_ENDED] = str(job / protocol.ENDED)
         env[protocol.ENV_DRIVER_PYTHONPATH] = original
-        env[protocol.ENV_DRIVER_GATE_POLL] = str(JobSpec(nodes=1).timing.gate_poll_s)
+        env[protocol.ENV_DRIVER_GATE_LOOK] = str(JobSpec(nodes=1).timing.gate_look_s)
     argv = [sys.executable, str(job / "driver.py"), protocol.ENV_DRIVER_GATE]
     return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
@@ -57,7 +57,7 @@ def test_the_gates_names_are_the_protocols() -> None:
     assert driver_gate.ENV_OPEN == protocol.ENV_DRIVER_GATE
     assert driver_gate.ENV_ENDED == protocol.ENV_DRIVER_GATE_ENDED
     assert driver_gate.ENV_PYTHONPATH == protocol.ENV_DRIVER_PYTHONPATH
-    assert driver_gate.ENV_POLL == protocol.ENV_DRIVER_GATE_POLL
+    assert driver_gate.ENV_LOOK == protocol.ENV_DRIVER_GATE_LOOK
 
 
 def test_ray_init_connects_at_once_and_returns_once_the_gate_opens(job: Path) -> None:

@@ -57,3 +57,11 @@ def test_a_retired_word_is_in_no_help_it_is_kept_out_of(row: list[str]) -> None:
         assert not re.search(rf"(?<![\w-]){re.escape(word)}", help_text(name), re.IGNORECASE), (
             f"raysub {name} --help says {word!r}: {instead}"
         )
+
+
+def test_the_jobs_scripts_and_programs_say_look_never_poll_or_tick() -> None:
+    """What the job's own scripts and programs do while they wait is a look (and a pause between two)."""
+    job = REPO / "raysub" / "job"
+    for path in sorted([*job.glob("templates/*.j2"), *job.glob("programs/*.py"), *job.glob("lib/*.py")]):
+        said = re.findall(r"\b(?:tick|ticks|poll|polls|polling)\b", path.read_text(), re.IGNORECASE)
+        assert not said, f"{path.relative_to(REPO)} says {said}: the word is look"

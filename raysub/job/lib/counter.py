@@ -5,7 +5,7 @@ Background: the head's own start comes first), then waits for ``--address-file``
 head script writes the GCS address once its Ray is ready, and takes its usual share of the CPU back. From
 then on it keeps ray_worker_units (the head waits on it before starting the driver) and ray_joined_nodes
 (raysub status) up to date, both written atomically, and adds a timeline line for each node that joins. It
-polls briskly until the cluster is whole, then slowly to keep the count live, and ends when ENDED appears
+looks briskly until the cluster is whole, then slowly to keep the count live, and ends when ENDED appears
 or the head script goes away. The head runs it as raysub/job/programs/units.py, or with the monitor
 sidecar as raysub/job/programs/monitor.py: one Python process on the head holds Ray's GCS client, not two.
 
@@ -98,7 +98,7 @@ def count(
     on_whole: OnWhole | None = None,
     sleep: Callable[[float], None] = time.sleep,
 ) -> None:
-    """Poll the node table until the job ends or the process that started this one is gone; call
+    """Look at the node table until the job ends or the process that started this one is gone; call
     ``on_whole`` (the monitor sidecar's start) once, when every unit has joined."""
     counter = Counter(args.log_dir, args.node, args.kind == "gpu")
     parent = os.getppid()

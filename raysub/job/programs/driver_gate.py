@@ -29,9 +29,9 @@ from typing import Any
 ENV_OPEN = "_RAYSUB_DRIVER_GATE"  # the file whose existence opens the gate (LOG_DIR/DRIVER_STARTED)
 ENV_ENDED = "_RAYSUB_DRIVER_GATE_ENDED"  # the file that says the job is ending (LOG_DIR/ENDED)
 ENV_PYTHONPATH = "_RAYSUB_DRIVER_PYTHONPATH"  # the driver's PYTHONPATH without the gate's directory
-# How often the gate looks for its file, in seconds (JobSpec.timing.gate_poll_s): its latency is part of
+# How often the gate looks for its file, in seconds (JobSpec.timing.gate_look_s): its latency is part of
 # every bring-up, and a stat on the head is cheap.
-ENV_POLL = "_RAYSUB_DRIVER_GATE_POLL"
+ENV_LOOK = "_RAYSUB_DRIVER_GATE_LOOK"
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ class Gate:
 
     opened: str
     ended: str
-    poll: float
+    look: float
 
 
 def wait_open(gate: Gate) -> None:
@@ -49,7 +49,7 @@ def wait_open(gate: Gate) -> None:
     while not Path(gate.opened).exists():
         if Path(gate.ended).exists():
             raise SystemExit(f"raysub: the job ended before the cluster was whole ({gate.ended})")
-        time.sleep(gate.poll)
+        time.sleep(gate.look)
 
 
 def gated(init: Callable[..., Any], gate: Gate) -> Callable[..., Any]:
@@ -129,10 +129,10 @@ def chain_sitecustomize() -> None:
 def install() -> None:
     """What loading this file as ``sitecustomize`` does."""
     opened, ended = os.environ.pop(ENV_OPEN, ""), os.environ.pop(ENV_ENDED, "")
-    poll = os.environ.pop(ENV_POLL, "")
+    look = os.environ.pop(ENV_LOOK, "")
     if opened:
         restore_pythonpath()
-        sys.meta_path.insert(0, RayFinder(Gate(opened, ended, float(poll))))
+        sys.meta_path.insert(0, RayFinder(Gate(opened, ended, float(look))))
     chain_sitecustomize()
 
 

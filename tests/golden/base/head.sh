@@ -21,9 +21,9 @@ CHECKPOINT_MARKER=${RAYSUB_CHECKPOINT_MARKER:-}
 CREATE_CHECKPOINT_DIR=${RAYSUB_CREATE_CHECKPOINT_DIR:-0}
 resume_from=${RAYSUB_RESUME_FROM:-}
 
-# The head's own waits look at local, cheap things, so they poll at a steady 0.05 s: every twentieth
+# The head's own waits look at local, cheap things, so they look at a steady 0.05 s: every twentieth
 # of a second they save is one of the whole bring-up, and they last only as long as the bring-up.
-readonly HEAD_POLL=0.05
+readonly HEAD_LOOK=0.05
 
 # Ready means the head's raylet has registered with the GCS AND the GCS answers on its port: the GCS
 # alone is up before the raylet, and a driver started then finds no Ray instance. A worker started then
@@ -49,7 +49,7 @@ wait_head_ready() {
     if head_registered "$temp" && (: <>"/dev/tcp/${ip}/${GCS_PORT}") 2>/dev/null; then
       return 0
     fi
-    sleep "$HEAD_POLL"
+    sleep "$HEAD_LOOK"
   done
   return 1
 }
@@ -113,7 +113,7 @@ wait_units() {
     [[ -e $ENDED_FILE ]] && die "job ended while waiting for workers: $(<"$ENDED_FILE")"
     kill -0 "$CHILD_PID" 2>/dev/null || ray_exited "while waiting for workers"
     ((SECONDS < deadline)) || units_missing "$units"
-    sleep "$HEAD_POLL"
+    sleep "$HEAD_LOOK"
   done
 }
 
@@ -146,7 +146,7 @@ start_driver() {
     local python_path=${PYTHONPATH:-}
     RAY_ADDRESS=$address _RAYSUB_DRIVER_PYTHONPATH=$python_path \
       PYTHONPATH="${LOG_DIR}/python/driver_gate${python_path:+:${python_path}}" \
-      _RAYSUB_DRIVER_GATE="${LOG_DIR}/DRIVER_STARTED" _RAYSUB_DRIVER_GATE_ENDED=$ENDED_FILE _RAYSUB_DRIVER_GATE_POLL=0.02 \
+      _RAYSUB_DRIVER_GATE="${LOG_DIR}/DRIVER_STARTED" _RAYSUB_DRIVER_GATE_ENDED=$ENDED_FILE _RAYSUB_DRIVER_GATE_LOOK=0.02 \
       RAYSUB_FINISHED="${LOG_DIR}/driver_finished" _RAYSUB_DRIVER_RUN=$RUN_MARK \
       setsid bash "${LOG_DIR}/driver_command.sh" >"$log_file" 2>&1 </dev/null &
   else
