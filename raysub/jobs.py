@@ -15,7 +15,7 @@ from raysub.protocol.job_index import IndexEntry, job_index_path, read_job_index
 from raysub.protocol.logdir import LogDir
 
 _ATTEMPT_DIR = re.compile(
-    rf"(?P<job>{protocol.JOB_ID.pattern})(?:-(?P<restart>\d+))?{re.escape(protocol.LOG_DIR_SUFFIX)}"
+    rf"(?P<job>{protocol.JOB_ID.pattern})(?:-(?P<requeues>\d+))?{re.escape(protocol.LOG_DIR_SUFFIX)}"
 )
 
 
@@ -34,9 +34,9 @@ class Job:
         match = _ATTEMPT_DIR.fullmatch(path.name)
         if not match or not path.is_dir():
             raise JobNotFound(
-                f"{path} is not a raysub log directory (<jobid>[-<restart>]{protocol.LOG_DIR_SUFFIX})"
+                f"{path} is not a raysub log directory (<jobid>[-<requeues>]{protocol.LOG_DIR_SUFFIX})"
             )
-        return cls(match["job"], int(match["restart"] or 0), LogDir(path))
+        return cls(match["job"], int(match["requeues"] or 0), LogDir(path))
 
 
 def attempts(base: Path, job_id: str) -> list[Job]:

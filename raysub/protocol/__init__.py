@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Literal
 
-# Per-attempt directory: <base>/<jobid>-logs, or <base>/<jobid>-<restart count>-logs after a requeue.
+# Per-attempt directory: <base>/<jobid>-logs, or <base>/<jobid>-<requeue count>-logs after a requeue.
 LOG_DIR_SUFFIX = "-logs"
 # A job id as Slurm writes it: a number, or for a task of an array job (sbatch --array) the array's id
 # and the task's, <array job id>_<task id>. It names the job's LOG_DIR and its lines in the job index.
@@ -54,7 +54,7 @@ LATEST = "latest"  # in the base directory: a symlink to the newest attempt's LO
 # The per-user job index, so raysub's commands find a job from any directory (docs/protocol.md, "Finding a
 # job"). As each attempt starts, the batch script appends one line with ONE printf (a single append, so the
 # lines of concurrent jobs never interleave):
-#     <jobid>\t<restart count>\t<absolute LOG_DIR>\t<epoch seconds>\n
+#     <jobid>\t<requeue count>\t<absolute LOG_DIR>\t<epoch seconds>\n
 # to <state home>/JOB_INDEX_DIR/JOB_INDEX, where <state home> is $XDG_STATE_HOME when it is an absolute
 # path, else <home>/STATE_HOME_DEFAULT. Read by read_job_index; tests write it with append_job_index.
 STATE_HOME_DEFAULT = ".local/state"
@@ -246,10 +246,10 @@ def natural_key(text: str) -> list[object]:
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text)]
 
 
-def log_dir_name(job_id: str | int, restart_count: int = 0) -> str:
-    """The attempt directory's name: ``<jobid>-logs``, or ``<jobid>-<restart>-logs`` after a requeue."""
-    if restart_count:
-        return f"{job_id}-{restart_count}{LOG_DIR_SUFFIX}"
+def log_dir_name(job_id: str | int, requeues: int = 0) -> str:
+    """The attempt directory's name: ``<jobid>-logs``, or ``<jobid>-<requeues>-logs`` after a requeue."""
+    if requeues:
+        return f"{job_id}-{requeues}{LOG_DIR_SUFFIX}"
     return f"{job_id}{LOG_DIR_SUFFIX}"
 
 

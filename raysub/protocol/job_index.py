@@ -15,16 +15,17 @@ from raysub.protocol import JOB_ID, JOB_INDEX, JOB_INDEX_DIR, STATE_HOME_DEFAULT
 
 @dataclass(frozen=True)
 class IndexEntry:
-    """One line of the job index: attempt ``restart`` of job ``job_id``, its LOG_DIR, when it started."""
+    """One line of the job index: attempt ``requeues`` of job ``job_id`` (0: the first, k: after the k-th
+    requeue), its LOG_DIR, when it started."""
 
     job_id: str
-    restart: int
+    requeues: int
     log_dir: Path
     started: int  # epoch seconds
 
     def line(self) -> bytes:
         """The line as the batch script writes it (its printf and this must agree; a unit test checks)."""
-        fields = [self.job_id, str(self.restart), os.fsdecode(self.log_dir), str(self.started)]
+        fields = [self.job_id, str(self.requeues), os.fsdecode(self.log_dir), str(self.started)]
         return os.fsencode("\t".join(fields) + "\n")
 
 
@@ -52,15 +53,15 @@ def read_job_index(path: Path) -> list[IndexEntry]:
         fields = raw.split(b"\t")
         if len(fields) < 4:
             continue
-        job_id, restart, started, log_dir = fields[0], fields[1], fields[-1], b"\t".join(fields[2:-1])
+        job_id, requeues, started, log_dir = fields[0], fields[1], fields[-1], b"\t".join(fields[2:-1])
         if (
             JOB_ID.fullmatch(job_id.decode("ascii", "replace"))
-            and restart.isdigit()
+            and requeues.isdigit()
             and started.isdigit()
             and log_dir.startswith(b"/")
         ):
             path = Path(os.fsdecode(log_dir))
-            entries.append(IndexEntry(job_id.decode(), int(restart), path, int(started)))
+            entries.append(IndexEntry(job_id.decode(), int(requeues), path, int(started)))
     return entries
 
 

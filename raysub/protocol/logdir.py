@@ -115,8 +115,8 @@ class LogDir:
     path: Path
 
     @classmethod
-    def of(cls, base: Path, job_id: str | int, restart_count: int = 0) -> LogDir:
-        return cls(base / log_dir_name(job_id, restart_count))
+    def of(cls, base: Path, job_id: str | int, requeues: int = 0) -> LogDir:
+        return cls(base / log_dir_name(job_id, requeues))
 
     def file(self, name: str) -> Path:
         return self.path / name

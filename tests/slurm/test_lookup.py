@@ -73,7 +73,7 @@ def test_status_and_logs_find_a_job_with_another_log_dir_from_a_third_directory(
     assert result.exit_code == 0, job_report(minicluster, submit_dir, job_id)
 
     (entry,) = read_job_index(state / protocol.JOB_INDEX_DIR / protocol.JOB_INDEX)
-    assert (entry.job_id, entry.restart, entry.log_dir) == (str(job_id), 0, logs.path.resolve())
+    assert (entry.job_id, entry.requeues, entry.log_dir) == (str(job_id), 0, logs.path.resolve())
     after = status(minicluster, job_id, third, state)
     assert (where(after), after["phase"]) == (logs.path.resolve(), "finished with exit code 0")
     out = minicluster.run(

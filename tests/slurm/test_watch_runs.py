@@ -129,7 +129,7 @@ def test_a_watched_job_slurm_requeues_resumes_from_the_newest_checkpoint(
         # Slurm holds a requeued job back for its credential lifetime (20 min by default in 22.05): let it
         # start again now, as an administrator would, once it is pending again.
         deadline = time.monotonic() + 120
-        requeued = LogDir.of(slurm_tmp, job_id, restart_count=1)
+        requeued = LogDir.of(slurm_tmp, job_id, requeues=1)
         while not requeued.path.exists():
             assert time.monotonic() < deadline, "the requeued job did not start again"
             minicluster.run("scontrol", "update", f"JobId={job_id}", "StartTime=now", check=False)

@@ -98,5 +98,7 @@ def run_batch_script(
     done = run(["bash", str(job)], {**environment(spec, job_id, srun_dir, restart), **env}, submit)
     assert done.returncode == 1, done.stderr[-2000:]
     log_dir = LogDir.of(submit / (spec.log_dir or ""), job_id, restart)
-    assert log_dir.ended.read_text().startswith(("head step", "workers step", "sandbox step")), done.stderr
+    assert log_dir.ended.read_text().startswith(("head job step", "workers job step", "sandbox job step")), (
+        done.stderr
+    )
     return BatchRun(done, log_dir, {step.script: step for step in recorded_steps(srun_dir)})

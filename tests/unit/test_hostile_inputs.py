@@ -113,7 +113,7 @@ def check_job(args: list[str], env: dict[str, str], setup: str, name: str, image
         # Every step was "started" and returned at once, so the supervisor ended the job: as designed.
         assert batch.returncode == 1, batch.stderr.decode(errors="replace")[-2000:]
         assert log_dir.ended.exists(), batch.stderr.decode(errors="replace")[-2000:]
-        assert re.match(r"(head|workers) step exited with status 0 before", log_dir.ended.read_text())
+        assert re.match(r"(head|workers) job step exited with status 0 before", log_dir.ended.read_text())
         assert stat.S_IMODE(log_dir.path.stat().st_mode) == 0o750
         assert stat.S_IMODE(log_dir.auth_token.stat().st_mode) == 0o600
         assert stat.S_IMODE(log_dir.auth_token.parent.stat().st_mode) == 0o700

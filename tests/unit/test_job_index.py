@@ -90,7 +90,7 @@ def test_the_batch_script_appends_this_attempt(tmp_path: Path) -> None:
     index = state / protocol.JOB_INDEX_DIR / protocol.JOB_INDEX
     (entry,) = read_job_index(index)
     log_dir = (tmp_path / "submit" / "runs" / protocol.log_dir_name(JOB_ID, 2)).resolve()
-    assert (entry.job_id, entry.restart, entry.log_dir) == (JOB_ID, 2, log_dir)
+    assert (entry.job_id, entry.requeues, entry.log_dir) == (JOB_ID, 2, log_dir)
     assert before <= entry.started <= time.time()
     assert index.read_bytes() == entry.line()  # the script's printf and IndexEntry.line agree
     assert (stat.S_IMODE(index.parent.stat().st_mode), stat.S_IMODE(index.stat().st_mode)) == (0o700, 0o600)
