@@ -234,3 +234,19 @@ def test_the_job_specs_defaults_are_not_written_again_in_a_node_program() -> Non
                     assert value not in spec, (
                         f"{module}: an option's default {value!r} is a JobSpec default too"
                     )
+
+
+def test_the_imports_draw_no_circle() -> None:
+    """No module reaches itself through what it imports (at the top or inside a function)."""
+    graph = {module: set(imports(module)) for module in MODULES}
+    done: set[str] = set()
+
+    def visit(module: str, path: tuple[str, ...]) -> None:
+        assert module not in path, "a circle: " + " -> ".join((*path[path.index(module) :], module))
+        if module not in done:
+            for imported in sorted(graph[module]):
+                visit(imported, (*path, module))
+            done.add(module)
+
+    for module in sorted(graph):
+        visit(module, ())
