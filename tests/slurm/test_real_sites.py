@@ -94,7 +94,8 @@ def test_the_warning_reaches_the_python_under_a_shell_wrapper_and_the_wrapper_li
     )
     (slurm_tmp / "child.py").write_text(child)
     (slurm_tmp / "wrap.sh").write_text("python child.py\necho wrapper saw the child end $?\n")
-    job_id, logs = submit(minicluster, slurm_tmp, ["--nodes", "2", *NO_GPUS, "--", "bash", "wrap.sh"])
+    args = ["--nodes", "2", *NO_GPUS, "--forward-signal", "USR1", "--", "bash", "wrap.sh"]
+    job_id, logs = submit(minicluster, slurm_tmp, args)
     while not (slurm_tmp / "driver_running").exists():
         time.sleep(0.1)
     minicluster.run("scancel", "--batch", "--signal=USR1", str(job_id))

@@ -42,7 +42,9 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_wheel_contains_every_template(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     source = REPO / "raysub" / "job" / "templates"
-    templates = [p.relative_to(REPO) for p in source.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+    templates = [
+        p.relative_to(REPO) for p in source.rglob("*") if p.is_file() and "__pycache__" not in p.parts
+    ]
     assert templates, "raysub/job/templates/ is empty"
     missing = [str(t) for t in templates if t.as_posix() not in names]
     assert missing == []
