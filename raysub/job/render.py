@@ -220,5 +220,9 @@ def render(spec: JobSpec) -> str:
     for name, module in node_library(spec):
         text = module.read_text()
         scripts.append(EmbeddedScript(name, text, heredoc_delimiter(name, text), library=True))
+    # The shared bash is written above the PAYLOAD line: the supervisor uses it too.
+    shared, scripts = scripts[0], scripts[1:]
     directories = sorted({str(Path(script.name).parent) for script in scripts} - {"."})
-    return env.get_template("ray.sub.j2").render(context, scripts=scripts, directories=directories)
+    return env.get_template("ray.sub.j2").render(
+        context, shared=shared, scripts=scripts, directories=directories
+    )
