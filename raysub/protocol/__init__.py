@@ -1,16 +1,17 @@
 """The LOG_DIR layout and the signal-file protocol: the one place that names every file a job creates.
 
-The rendered bash takes these names from :func:`template_names` and the Python readers from
-:class:`LogDir`, so both sides always agree. Each file's format has its Python reader and writer side by
-side in one module of this package: the signal files, the timeline, nodes.tsv and the job index here;
-preflight.jsonl in preflight_log, smoke.json in its module, metrics.jsonl in metrics_log (built on
-readings, Ray's metrics text). Where bash writes a file too, a test reads what bash wrote with the reader.
-docs/protocol.md describes the phases and who writes what; file_table lists every path a job makes.
+The rendered bash takes these names from :func:`template_names` and the Python side from here, so both
+always agree. Each file's format has its reader and writer side by side in one module of this package:
+the unit counter's files and the timeline here (the node programs write them); nodes.tsv, attach.env and
+the other files the submit host reads in logdir (``LogDir``); the job index in job_index; preflight.jsonl
+in preflight_log, smoke.json in smoke_result, metrics.jsonl in metrics_log (built on readings, Ray's
+metrics text). Where bash writes a file too, a test reads what bash wrote with the reader. docs/protocol.md
+describes the phases and who writes what; file_table lists every path a job makes.
 
 The package is the floor both sides stand on: the submit host imports it and the batch script ships the
-modules the node programs import (raysub/job/programs/__init__.py) to the nodes. So it imports nothing of
-raysub outside itself, only the standard library, Ray and prometheus_client, and keeps to the Python versions
-Ray supports (tests/unit/test_house.py, tests/unit/test_node_package.py).
+modules the node programs import (raysub/job/__init__.py) to the nodes. So it imports nothing of raysub
+outside itself, only the standard library, Ray and prometheus_client, and keeps to the Python versions Ray
+supports (tests/unit/test_house.py, tests/unit/test_node_package.py).
 """
 
 from __future__ import annotations
