@@ -4,6 +4,7 @@ options: they read ``spec.<name>``, a field of the JobSpec or a property here; t
 are the manifest's.
 """
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -224,3 +225,13 @@ class JobView:
         if self.spec.forward_signal is not None:
             return self.spec.forward_signal
         return DEFAULT_FORWARD_SIGNAL if self.spec.signal_before is not None else None
+
+    @property
+    def leave_wait_s(self) -> int:
+        """How long the batch script waits, once the job is over, for the job steps to leave on their own
+        before it ends and Slurm cancels them (KillWait later, KILL): Timing.leave_s, and with
+        --keep-ray-logs the time each node may spend keeping its Ray logs, which comes before it removes
+        its Ray temp dir, on top."""
+        timing = self.spec.timing
+        keeping = math.ceil(timing.keep_ray_logs_s) if self.spec.keep_ray_logs > 0 else 0
+        return timing.leave_s + keeping

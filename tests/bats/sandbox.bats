@@ -2,6 +2,8 @@
 # The sandbox's node script (raysub/job/templates/sandbox.sh.j2), run here: it is ready only once the sandbox
 # command's own process listens on its port, and it takes its port from the node's block of Ray's
 # ports unless --sandbox-port pins one.
+# Readiness waits allow 30 s: under CI the bats run at nice 10 beside the real-Slurm jobs at nice 0, and a
+# niced sandbox that starts its server can take more than the 10 s that always sufficed alone.
 
 setup() {
   load test_helper
@@ -68,7 +70,7 @@ time.sleep(60)
   render_sandbox --sandbox-port "$PORT" --sandbox-command "$SERVER"
   export "${P_SANDBOX_PORT_ENV}=${PORT}" # as the batch script exports it
   start_sandbox
-  wait_file "${LOG_DIR}/${P_SANDBOX_READY_PREFIX}nodeA" 10
+  wait_file "${LOG_DIR}/${P_SANDBOX_READY_PREFIX}nodeA" 30
   assert_equal "$(cat "${LOG_DIR}/${P_SANDBOX_READY_PREFIX}nodeA")" "127.0.0.1:${PORT}"
   printf 'driver finished\n' >"${LOG_DIR}/${P_ENDED}"
   wait_sandbox
@@ -113,7 +115,7 @@ time.sleep(60)
   sleep 0.5
   assert [ ! -e "${BATS_TEST_TMPDIR}/told" ] # it waits for the node's Ray to pick its block
   (umask 077 && printf '%s\n' "$PORT" >"${LOG_DIR}/${P_SANDBOX_PORT_PREFIX}nodeA")
-  wait_file "${LOG_DIR}/${P_SANDBOX_READY_PREFIX}nodeA" 10
+  wait_file "${LOG_DIR}/${P_SANDBOX_READY_PREFIX}nodeA" 30
   assert_equal "$(cat "${BATS_TEST_TMPDIR}/told")" "$PORT"
   assert_equal "$(cat "${LOG_DIR}/${P_SANDBOX_READY_PREFIX}nodeA")" "127.0.0.1:${PORT}"
   printf 'driver finished\n' >"${LOG_DIR}/${P_ENDED}"
@@ -125,7 +127,7 @@ time.sleep(60)
   start_sandbox
   sleep 3.5 # longer than --sandbox-timeout, before the node's Ray picks its block
   (umask 077 && printf '%s\n' "$PORT" >"${LOG_DIR}/${P_SANDBOX_PORT_PREFIX}nodeA")
-  wait_file "${LOG_DIR}/${P_SANDBOX_READY_PREFIX}nodeA" 10
+  wait_file "${LOG_DIR}/${P_SANDBOX_READY_PREFIX}nodeA" 30
   printf 'driver finished\n' >"${LOG_DIR}/${P_ENDED}"
   wait_sandbox
   assert_success

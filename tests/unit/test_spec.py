@@ -3,6 +3,7 @@ limits and the per-part checks, with their messages as the command line prints t
 of --auth and --sandbox-nodes defined once."""
 
 import dataclasses
+import math
 from typing import get_args
 
 import click
@@ -362,3 +363,11 @@ def test_a_port_range_holds_whole_blocks_only() -> None:
         PortBlocks.parse("22500-23000")
     single = [PortBlocks.offset(name) for name in Ports.__dataclass_fields__ if "worker" not in name]
     assert max(single) < PortBlocks.offset("min_worker") < PortBlocks.offset("max_worker") < PORT_BLOCK_SIZE
+
+
+def test_the_batch_script_waits_for_the_nodes_to_keep_their_ray_logs_before_slurm_ends_them() -> None:
+    timing = SPEC.timing
+    keeping = JobView(SPEC)
+    assert keeping.leave_wait_s == timing.leave_s + math.ceil(timing.keep_ray_logs_s)
+    assert JobView(dataclasses.replace(SPEC, keep_ray_logs=0)).leave_wait_s == timing.leave_s
+    assert f"tenths = {keeping.leave_wait_s * 10};" in render(SPEC)
