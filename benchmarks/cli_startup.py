@@ -33,7 +33,7 @@ def finished_job(base: Path) -> Path:
     nodes += [NodeEntry(protocol.ROLE_WORKER, k, f"node{k + 2}") for k in range(3)]
     logs.write_node_map(nodes)
     logs.started_ray_head.write_text("10.0.0.1:6379\n")
-    logs.write_joined_nodes(n.node for n in nodes)
+    protocol.write_joined_nodes(logs.path, (n.node for n in nodes))
     logs.write_driver_exit_code(0)
     logs.end("driver exited with status 0", "node1")
     return logs.path

@@ -49,8 +49,6 @@ from raysub.protocol import (
     read_units,
     worker_log_name,
     write_atomic,
-    write_joined_nodes,
-    write_units,
 )
 
 
@@ -180,15 +178,9 @@ class LogDir:
         """How many units (GPUs, or nodes) have joined Ray; None before the head's counter has said."""
         return read_units(self.path)
 
-    def write_units(self, units: int) -> None:
-        write_units(self.path, units)
-
     def joined_nodes(self) -> list[str]:
         """The nodes alive in Ray, as the head's counter last saw them."""
         return read_joined_nodes(self.path)
-
-    def write_joined_nodes(self, names: Iterable[str]) -> None:
-        write_joined_nodes(self.path, names)
 
     def driver_exit_code(self) -> int | None:
         text = (read_trusted(self.file(DRIVER_EXIT_CODE)) or "").strip()

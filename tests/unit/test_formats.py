@@ -30,8 +30,8 @@ def test_node_map(tmp_path: Path) -> None:
 def test_units_joined_nodes_and_driver_exit_code(tmp_path: Path) -> None:
     logs = LogDir(tmp_path)
     assert (logs.units(), logs.joined_nodes(), logs.driver_exit_code()) == (None, [], None)
-    logs.write_units(12)
-    logs.write_joined_nodes(["n2", "n1"])
+    protocol.write_units(logs.path, 12)  # the head's unit counter writes them
+    protocol.write_joined_nodes(logs.path, ["n2", "n1"])
     logs.write_driver_exit_code(-15)
     assert (logs.units(), logs.joined_nodes(), logs.driver_exit_code()) == (12, ["n1", "n2"], -15)
     logs.worker_units.write_text("")  # never a count that was not written whole
