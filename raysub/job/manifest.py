@@ -116,7 +116,7 @@ def _ray_logs_args(spec: JobView) -> list[str]:
 
 
 def _smoke_args(spec: JobView) -> list[str]:
-    return [shlex.quote(arg) for arg in spec.smoke_program[1:]]
+    return [shlex.quote(arg) for arg in spec.smoke_args]
 
 
 def _no_args(spec: JobView) -> list[str]:
@@ -132,7 +132,7 @@ class Program:
     script: str
     runs: Callable[[JobView], bool]
     args: Callable[[JobView], list[str]]
-    purpose: str
+    purpose: str  # in docs/architecture.md's table of the node programs
 
 
 MANIFEST = (

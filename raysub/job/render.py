@@ -1,11 +1,10 @@
 """Turn a JobSpec into the self-contained sbatch script, from the Jinja templates in raysub/job/templates/."""
 
 import ast
-import functools
 import re
 import shlex
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, partial
 from pathlib import Path
 
 import jinja2
@@ -202,8 +201,8 @@ def render(spec: JobSpec) -> str:
         "log_files": protocol.batch_log_files(spec.workers > 0, spec.sandbox is not None),
         "worker_log_format": protocol.worker_log_format(spec.workers),
         "payload_line": PAYLOAD_LINE,
-        "program_call": functools.partial(manifest.program_call, view),
-        "program_args": functools.partial(manifest.program_args, view),
+        "program_call": partial(manifest.program_call, view),
+        "program_args": partial(manifest.program_args, view),
     }
     scripts = []
     for name, template in EMBEDDED:

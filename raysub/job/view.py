@@ -51,14 +51,14 @@ class JobView:
         return getattr(self.spec, name)
 
     @property
-    def smoke_program(self) -> tuple[str, ...]:
-        """With --smoke, the driver: the node program raysub/job/programs/smoke.py and its arguments, the
+    def smoke_args(self) -> tuple[str, ...]:
+        """With --smoke, the arguments of the driver, the node program raysub/job/programs/smoke.py: the
         job's own nodes and GPUs (the head's too with --dedicated-head), with an all-reduce wherever torch
         is."""
-        program = ["smoke", f"--nodes={self.spec.nodes}", f"--gpus-per-node={self.spec.gpus_per_node}"]
+        args = [f"--nodes={self.spec.nodes}", f"--gpus-per-node={self.spec.gpus_per_node}"]
         if self.spec.head_gpus != self.spec.gpus_per_node:
-            program.append(f"--head-gpus={self.spec.head_gpus}")
-        return (*program, "--allreduce")
+            args.append(f"--head-gpus={self.spec.head_gpus}")
+        return (*args, "--allreduce")
 
     @property
     def join_waves(self) -> int:

@@ -162,3 +162,11 @@ def test_architecture_states_the_script_sizes_as_measured() -> None:
     header = ("job", "lines before the PAYLOAD line", "lines in all", "budget", "of them Python", "programs")
     table = markdown_table(header, rows)
     check_generated(REPO / "docs" / "architecture.md", "script sizes", table)
+
+
+def test_architecture_lists_the_manifests_node_programs() -> None:
+    from raysub.job.manifest import MANIFEST
+
+    rows = [(f"`raysub/job/programs/{p.name}.py`", f"`{p.script}`", p.purpose) for p in MANIFEST]
+    table = markdown_table(("node program", "run by", "what it does"), rows)
+    check_generated(REPO / "docs" / "architecture.md", "node programs", table)
