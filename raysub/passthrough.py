@@ -7,6 +7,7 @@ import re
 from collections.abc import Mapping
 
 from raysub.errors import SpecError
+from raysub.job.lib.topology import user_resources
 
 CONTROL = re.compile(r"[\x00-\x1f\x7f]")  # no option value holds a control character
 
@@ -140,3 +141,14 @@ def passed_options(
 def owned_message(arg: str, owned: str, instead: str | None, where: str) -> str:
     said = f"{arg!r} sets {owned}, which raysub controls in {where}"
     return f"{said}: use raysub's {instead}" if instead else f"{said}; it cannot be changed"
+
+
+def check_resources(arg: str, value: str) -> None:
+    """A --ray-start-arg --resources the topology program can add to each node's: ``--resources=JSON`` in
+    one argument, an object of names to numbers."""
+    if user_resources(value) is None:
+        raise SpecError(
+            "--ray-start-arg",
+            f"{arg!r}: give Ray's resources as one argument, a JSON object of numbers: "
+            "--resources='{\"name\": 1}'",
+        )

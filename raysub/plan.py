@@ -249,6 +249,65 @@ class Plan:
         )
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Where a plan's groups fall, its ranks laid out in topology order (raysub's workers are numbered
+    switch by switch; docs/topology.md): a tensor-parallel group on ``tp_nodes`` consecutive nodes (0: it
+    shares one node with others), a model replica (tp x pp GPUs) on ``replica_nodes``. A group straddles a
+    domain or switch of N nodes when it is wider than N, or when N is not a multiple of its width (the
+    groups then tile the domains unevenly)."""
+
+    tp_nodes: int
+    replica_nodes: int
+    domain_nodes: int | None  # nodes a multi-node NVLink domain holds (18 on a GB200 NVL72 of 4-GPU trays)
+    switch_nodes: int | None  # nodes under one leaf switch (or Slurm block)
+
+    @staticmethod
+    def straddles(width: int, room: int | None) -> bool:
+        return room is not None and width > 1 and room % width != 0
+
+    def warnings(self) -> list[str]:
+        """A sentence for each kind of group that some group of must straddle a domain or a switch."""
+        said = []
+        if self.straddles(self.tp_nodes, self.domain_nodes):
+            said.append(
+                f"a tensor-parallel group spans {self.tp_nodes} nodes, which NVLink domains of "
+                f"{self.domain_nodes} nodes cannot hold whole: some groups straddle two domains and run "
+                "at the network's speed"
+            )
+        if self.straddles(self.replica_nodes, self.switch_nodes):
+            said.append(
+                f"a model replica (tp x pp) spans {self.replica_nodes} nodes, which leaf switches of "
+                f"{self.switch_nodes} nodes cannot hold whole: some replicas' traffic crosses the fabric's "
+                "upper level"
+            )
+        return said
+
+    def describe(self) -> list[str]:
+        lines = []
+        for room, kind, group, width in (
+            (self.domain_nodes, "NVLink domain", "tensor-parallel group", self.tp_nodes),
+            (self.switch_nodes, "leaf switch", "model replica", self.replica_nodes),
+        ):
+            if room is not None:
+                fits = (
+                    "does not fit whole" if self.straddles(width, room) else f"{room // max(width, 1)} to one"
+                )
+                lines.append(f"{kind + ':':15}{room} nodes; a {group} takes {max(width, 1)}: {fits}")
+        return lines
+
+
+def placement(result: Plan, domain_nodes: int | None, switch_nodes: int | None) -> Placement:
+    """Where ``result``'s groups fall on NVLink domains and leaf switches of these many nodes."""
+    for option, value in (("--domain-nodes", domain_nodes), ("--switch-nodes", switch_nodes)):
+        if value is not None and value < 1:
+            raise PlanError(option, f"must be at least 1, not {value}")
+    per_node = result.gpus_per_node
+    tp_nodes = result.tp // per_node if result.tp >= per_node else 0
+    replica_nodes = -(-(result.tp * result.pp) // per_node)
+    return Placement(tp_nodes, replica_nodes, domain_nodes, switch_nodes)
+
+
 def plan(gpus_per_node: int, **sizes: int | None) -> Plan:
     """The checked Plan for ``sizes`` (tp, pp, dp, cp, dcp; one left out or None is 1) on nodes of
     ``gpus_per_node`` GPUs. Raises PlanError, naming the option at fault."""

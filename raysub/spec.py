@@ -13,12 +13,14 @@ from raysub.passthrough import (
     SBATCH_EXACT,
     SBATCH_OWNED,
     SRUN_OWNED,
+    check_resources,
     owned_message,
     passed_options,
 )
 from raysub.plan import SIZES, Plan, PlanError, plan
 from raysub.protocol import AuthMode, PreflightMode
 from raysub.protocol.preflight_log import DEFAULT_MIN_FREE_MIB
+from raysub.timing import Timing as Timing
 
 # In COMMAND, with --checkpoint-dir: replaced by the checkpoint the driver resumes from, when it starts.
 CHECKPOINT_PLACEHOLDER = "{checkpoint}"
@@ -235,52 +237,6 @@ BOUNDS = (
 
 
 @dataclass(frozen=True)
-class Timing:
-    """Every look interval, backoff and deadline of a job that is not an option of its own, each written once:
-    the templates render them into the bash and the node scripts pass them to the node programs as
-    arguments. (Those a user sets are JobSpec fields: --head-timeout, --workers-timeout, --restart-backoff,
-    --monitor-interval, --gpu-idle-after, --wait-gpus and the sandbox's timeout.) Seconds unless the name
-    says centiseconds (_cs)."""
-
-    # The batch script.
-    supervisor_look_s: int = 2  # the supervisor looks at srun's logs this often while no step ends
-    leave_s: int = 10  # steps still running after ENDED get this long to leave before Slurm ends them
-    # A warning signal held while no driver ran waits this long for the next driver to handle it: a driver
-    # installs its handler after its imports and ray.init, seconds after it starts.
-    signal_grace_s: int = 30
-    # Every node script.
-    canary_wait_s: int = 10  # for the canary file to show up on a shared filesystem that caches lookups
-    ended_after_term_s: int = 5  # for ENDED after a child died of TERM: the job ending is nobody's fault
-    # pause(), between two looks at a signal file: a tenth of the time waited so far, within these bounds;
-    # in a wait's first minute at most JobSpec.signal_look_cs; the upper bound grows with a job of more
-    # than a thousand nodes (JobSpec.look_max_cs).
-    look_min_cs: int = 5
-    look_max_cs: int = 100
-    look_brisk_cs: int = 6000
-    ray_retry_s: int = 1  # between two tries to start Ray on a node
-    head_answers_s: int = 3  # a worker whose Ray left: does the head still take a connection?
-    driver_stop_s: int = 3  # the driver's processes after TERM, before KILL
-    head_look_s: float = 0.05  # the head's looks at its own Ray and at the units file while it waits
-    # The node programs.
-    join_look_s: float = 0.25  # join.py: for the head's address, when no SIGCONT said it is there
-    units_ready_look_s: float = 0.02  # units.py: for the address file, a node-local stat
-    units_brisk_s: float = 0.05  # units.py: the node table until every unit joined
-    units_slow_s: float = 5.0  # units.py: afterwards
-    gate_look_s: float = 0.02  # the early driver's gate: for DRIVER_STARTED
-    cleanup_timeout_s: float = 60.0  # cleanup.py: all of a clean-up before a driver restart
-    # cleanup.py: Ray kills a dead driver's workers itself within a second or two; a kill of ours before
-    # then would race it.
-    cleanup_worker_grace_s: float = 5.0
-    cleanup_look_s: float = 0.5  # cleanup.py: between two looks at what is left
-    preflight_first_pause_s: float = 1.0  # preflight.py --wait-gpus: doubled for each next check
-    preflight_max_pause_s: float = 30.0
-    # A GPU that fell off the bus can make nvidia-smi hang for minutes.
-    nvidia_smi_timeout_s: float = 60.0
-    # ray_logs.py, as a node leaves: well within Slurm's default KillWait (30 s) after a TERM.
-    keep_ray_logs_s: float = 10.0
-
-
-@dataclass(frozen=True)
 class JobSpec:
     """Everything ``raysub render`` needs. Values are used verbatim; render shell-quotes each one."""
 
@@ -348,6 +304,12 @@ class JobSpec:
     # ordinary run's logs fit (raylet.out grows by a few MB a day); a node whose workers printed much keeps
     # the newest of it, about a tenth of this once compressed.
     keep_ray_logs: int = 64
+    # Each node finds where it sits (NVLink domain, Slurm switch or block) and gives Ray NeMo-RL's resources
+    # and raysub/ labels for it (raysub/job/programs/topology.py).
+    topology: bool = True
+    # Unset the MPI launcher's variables (PMI_*, PMIX_*, MPI_*, OMPI_*) before 'ray start', for code that
+    # runs MPI_Init inside Ray (TensorRT-LLM); SLURM_* stay.
+    clean_mpi_env: bool = False
     # The parallel sizes ``nodes`` was computed from (render --tp ... in place of --nodes), else None.
     plan: Plan | None = None
     smoke: bool = False
@@ -546,9 +508,18 @@ class JobSpec:
         passed_options("--sbatch-arg", self.sbatch_args, "sbatch", "--qos=high", SBATCH_OWNED, SBATCH_EXACT)
 
     def _check_ray_start_args(self) -> None:
-        """No --ray-start-arg may set what raysub sets on every node."""
+        """No --ray-start-arg may set what raysub sets on every node; with --topology, resources of the
+        user's own are a JSON object of numbers (the topology program adds them to the node's)."""
         for arg in self.ray_start_args:
-            flag = arg.partition("=")[0]
+            flag, _, value = arg.partition("=")
+            if self.topology and flag == "--labels-file":
+                raise SpecError(
+                    "--ray-start-arg",
+                    f"{arg!r}: with --topology raysub gives each node its labels file; pass "
+                    "--ray-start-arg=--labels=KEY=VALUE (added to raysub's), or --no-topology",
+                )
+            if self.topology and flag == "--resources":
+                check_resources(arg, value)
             if flag not in RAY_START_OWNED or (flag == "--num-cpus" and self.cpus_per_task is None):
                 continue
             raise SpecError("--ray-start-arg", owned_message(arg, flag, RAY_START_OWNED[flag], "'ray start'"))

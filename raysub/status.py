@@ -8,6 +8,7 @@ from enum import StrEnum
 
 from raysub import protocol, slurm
 from raysub.jobs import Job
+from raysub.protocol import topology_log
 from raysub.protocol.preflight_log import read_checks
 from raysub.slurm import SlurmState
 
@@ -98,6 +99,9 @@ class Status:
     durations: dict[str, float] = field(default_factory=dict)
     since_head_ready: float | None = None
     warnings: list[str] = field(default_factory=list)
+    # Where each node sits (--topology): {node: {"switch", "block", "nvlink_domain", "rank"}}, in the
+    # nodes' order; a value a node could not find is null.
+    topology: dict[str, dict[str, object]] = field(default_factory=dict)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
@@ -121,6 +125,12 @@ class Status:
             lines.append(f"{self.since_head_ready:.0f} s since the head was ready")
         if self.sandboxes_ready:
             lines.append(f"sandboxes ready: {self.sandboxes_ready}")
+        groups: dict[str, list[str]] = {}
+        for node, where in self.topology.items():
+            place = where["switch"] or where["block"] or "no switch"
+            groups.setdefault(f"{place}, NVLink {where['nvlink_domain'] or 'per node'}", []).append(node)
+        if groups:
+            lines.append("topology: " + "; ".join(f"{k}: {' '.join(v)}" for k, v in groups.items()))
         lines += [f"warning: {warning}" for warning in self.warnings]
         if self.ended:
             lines.append(f"ENDED: {self.ended}")
@@ -201,7 +211,18 @@ def read_status(job: Job, slurm: SlurmState, now: float) -> Status:
         since_head_ready=now - ready if ready is not None and driver_exit is None else None,
         warnings=[f"GPUs idle: {e.detail}" for e in events if e.phase == protocol.PHASE_GPU_IDLE]
         + preflight_warnings(job),
+        topology=node_topology(job, [e.node for e in entries]),
     )
+
+
+def node_topology(job: Job, nodes: list[str]) -> dict[str, dict[str, object]]:
+    """Where each node that wrote its topology sits (raysub/protocol/topology_log.py), in ``nodes``' order."""
+    found = topology_log.read_all(job.logs.path)
+    return {
+        node: {"switch": t.switch, "block": t.block, "nvlink_domain": t.nvlink_domain, "rank": t.rank}
+        for node in nodes
+        if (t := found.get(node))
+    }
 
 
 def queued_status(job_id: str) -> Status | None:

@@ -1,8 +1,9 @@
 """Authoring a job: raysub render (the batch script), raysub plan (the nodes a run needs) and raysub validate
 (the script's bash, checked)."""
 
+import json
 import sys
-from dataclasses import fields
+from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any, get_args
 
@@ -303,6 +304,17 @@ def profile_keys(command: click.Command) -> dict[str, click.Parameter]:
     "signal files and scripts are always the owner's alone.",
 )
 @spec_option(
+    "--topology/--no-topology",
+    help="Each node finds its NVLink domain (nvidia-smi -q) and Slurm switch or block and gives Ray "
+    "NeMo-RL's resources (nvlink_domain_<ClusterUUID>, topo_rank) and labels raysub/switch, raysub/block, "
+    "raysub/nvlink-domain, raysub/node, raysub/job (docs/topology.md).",
+)
+@spec_option(
+    "--clean-mpi-env/--no-clean-mpi-env",
+    help="Unset PMI_*, PMIX_*, MPI_* and OMPI_* before 'ray start' (never SLURM_*), so that MPI_Init inside "
+    "Ray (TensorRT-LLM) does not take Slurm's step for an MPI launcher.",
+)
+@spec_option(
     "--monitor/--no-monitor",
     help="Record every node's GPU, CPU and memory into LOG_DIR/metrics.jsonl (see raysub monitor, report).",
 )
@@ -531,30 +543,54 @@ submit = click.Command(
 @click.command(context_settings={"show_default": True})
 @size_options
 @spec_option("--gpus-per-node", type=int, help="GPUs per node of the partition the run goes to.")
+@option(
+    "--domain-nodes",
+    type=int,
+    metavar="N",
+    help="Nodes one multi-node NVLink domain holds (18 on a GB200/GB300 NVL72 of 4-GPU trays): say "
+    "whether tensor-parallel groups fit whole.",
+)
+@option(
+    "--switch-nodes",
+    type=int,
+    metavar="N",
+    help="Nodes under one leaf switch or Slurm block: say whether model replicas (tp x pp) fit whole.",
+)
 @json_option("the plan")
-def plan(gpus_per_node: int, as_json: bool, **sizes: int | None) -> None:
+def plan(
+    gpus_per_node: int, domain_nodes: int | None, switch_nodes: int | None, as_json: bool, **sizes: int | None
+) -> None:
     """Say how many GPUs and nodes a run with these parallel sizes needs.
 
     World size = tp x pp x max(dp, cp, dcp) GPUs; nodes = world size / --gpus-per-node, rounded up.
     Each size also takes the spellings of Megatron-LM, vLLM, SGLang, NeMo-RL, verl and TensorRT-LLM.
     On more than one node a tensor-parallel group must lie on one node or on whole nodes, and dp, cp
     and dcp must each divide the largest of them (exit status 2 and the option at fault otherwise).
-    GPUs left unused on the last node are a warning (left_over_gpus in --json). Rules, and how sizes
-    map onto each framework: docs/plan.md.
+    GPUs left unused on the last node are a warning (left_over_gpus in --json). With --domain-nodes or
+    --switch-nodes, says how the groups fall on NVLink domains and leaf switches (ranks in raysub's
+    topology order) and warns of a group that must straddle one. Rules, and how sizes map onto each
+    framework: docs/plan.md.
 
     \b
     Example:
       raysub plan --tp 8 --pp 2 --dp 4 --gpus-per-node 8
+      raysub plan --tp 8 --pp 4 --dp 9 --gpus-per-node 4 --domain-nodes 18 --switch-nodes 18
       raysub plan --tensor-model-parallel-size 4 --context-parallel-size 2 --dp 4 --json
       raysub render --tp 8 --pp 2 --dp 4 --gpus-per-node 8 -- python train.py > job.sub
     """
     try:
         result = planning.plan(gpus_per_node, **sizes)
+        where = planning.placement(result, domain_nodes, switch_nodes)
     except planning.PlanError as error:
         raise click.BadParameter(error.message, param_hint=f"'{error.option}'") from error
-    if result.warning:
-        click.echo(f"raysub: warning: {result.warning}", err=True)
-    click.echo(result.to_json() if as_json else result.describe())
+    for warning in [*([result.warning] if result.warning else []), *where.warnings()]:
+        click.echo(f"raysub: warning: {warning}", err=True)
+    if as_json:
+        placed = {"placement": {**asdict(where), "warnings": where.warnings()}}
+        shown = {**result.as_dict(), **(placed if domain_nodes or switch_nodes else {})}
+        click.echo(json.dumps(shown, indent=2))
+    else:
+        click.echo("\n".join([result.describe(), *where.describe()]))
 
 
 @click.command()

@@ -42,6 +42,7 @@ def timing_args(timing: Timing, name: str) -> list[str]:
             "nvidia-smi-timeout": timing.nvidia_smi_timeout_s,
         },
         "ray_logs": {"seconds": timing.keep_ray_logs_s},
+        "topology": {"nvidia-smi-timeout": timing.nvidia_smi_timeout_s},
         "preflight": {
             "first-pause": timing.preflight_first_pause_s,
             "max-pause": timing.preflight_max_pause_s,
@@ -115,6 +116,23 @@ def _ray_logs_args(spec: JobView) -> list[str]:
     ]
 
 
+def _topology_args(spec: JobView) -> list[str]:
+    """The node's GPUs ($1), its rank ($2: head 1, worker k k+2, as NeMo-RL's ray.sub numbers them) and,
+    on a dedicated head, $3."""
+    return [
+        '--log-dir="$LOG_DIR"',
+        '--node="$HOST"',
+        '--job="${SLURM_JOB_ID:-}"',
+        '--gpus="$1"',
+        '--rank="$2"',
+        '--address="${SLURM_TOPOLOGY_ADDR:-}"',
+        '--pattern="${SLURM_TOPOLOGY_ADDR_PATTERN:-}"',
+        "${3:+--dedicated-head}",
+        f"--resources={shlex.quote(spec.topology_resources)}",
+        *timing_args(spec.timing, "topology"),
+    ]
+
+
 def _smoke_args(spec: JobView) -> list[str]:
     return [shlex.quote(arg) for arg in spec.smoke_args]
 
@@ -171,6 +189,13 @@ MANIFEST = (
         lambda spec: spec.driver_restarts > 0,
         _cleanup_args,
         "what a driver run left in Ray, cleared before a restart",
+    ),
+    Program(
+        "topology",
+        NODE_BASH,
+        lambda spec: spec.topology,
+        _topology_args,
+        "where the node sits (NVLink domain, Slurm switch or block): Ray's resources and labels for it",
     ),
     Program("smoke", DRIVER, lambda spec: spec.smoke, _smoke_args, "the smoke test, as the driver"),
     Program(

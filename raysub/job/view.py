@@ -200,6 +200,20 @@ class JobView:
         return self.spec.nodes if self.spec.sandbox.every_node else 1
 
     @property
+    def topology_resources(self) -> str:
+        """With --topology, the user's own --ray-start-arg --resources=JSON (the topology program adds them
+        to the node's, which would otherwise replace them): '{}' when none."""
+        given = [arg.partition("=")[2] for arg in self.spec.ray_start_args if arg.startswith("--resources=")]
+        return given[-1] if given and self.spec.topology else "{}"
+
+    @property
+    def ray_start_args(self) -> tuple[str, ...]:
+        """--ray-start-arg as 'ray start' takes them (with --topology, --resources goes to the program)."""
+        if not self.spec.topology:
+            return self.spec.ray_start_args
+        return tuple(arg for arg in self.spec.ray_start_args if not arg.startswith("--resources="))
+
+    @property
     def preflights(self) -> bool:
         """The nodes check their GPUs before Ray starts (--preflight warn or fail)."""
         return self.spec.preflight != "off"

@@ -158,6 +158,11 @@ MONITOR_MAX_BYTES = 64 * 2**20
 PREFLIGHT = "preflight.jsonl"
 # Each node's Ray logs, kept as it leaves: ray-logs/<node>/<name>.gz (raysub/protocol/ray_logs.py).
 RAY_LOGS_DIR = "ray-logs"
+# Where each node sits (switch, block, NVLink domain) and what Ray was told of it, written by the node before
+# 'ray start': topology/<node>.json, .labels, .gpu_cpu_affinity (raysub/protocol/topology_log.py).
+TOPOLOGY_DIR = "topology"
+# SANDBOX_PORTS_DIR of every sandbox (--sandbox-command): what the sandbox command writes there is its own.
+SANDBOX_PORTS_DIR = "sandbox"
 # What the gate does with what it finds: nothing (off), say it (warn), or end the job (fail).
 PreflightMode = Literal["off", "warn", "fail"]
 
@@ -185,6 +190,9 @@ LOCAL_HEAD_ADDRESS = "raysub_head_address"
 # name their component: the head's 0, the workers' 1); read by attach.sh and raysub attach.
 ATTACH_ENV = "attach.env"
 ATTACH_HET = "het"
+# batch script (--topology): the workers in topology order, one per line, when that is not Slurm's order;
+# the worker step's SLURM_HOSTFILE.
+WORKER_HOSTFILE = "worker_hostfile"
 NODE_MAP = "nodes.tsv"  # batch script: "<role>\t<index>\t<node>" per node: head 0, worker 0..N-2
 ROLE_HEAD = "head"
 ROLE_WORKER = "worker"

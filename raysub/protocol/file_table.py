@@ -45,6 +45,7 @@ from raysub.protocol import (
     ROLE_WORKER,
     SANDBOX_LOG_PREFIX,
     SANDBOX_PORT_PREFIX,
+    SANDBOX_PORTS_DIR,
     SANDBOX_READY_PREFIX,
     SANDBOX_SCRIPT,
     SHARED_BASH,
@@ -56,10 +57,13 @@ from raysub.protocol import (
     STARTED_RAY_HEAD,
     TIMELINE,
     TIMELINE_LOCK,
+    TOPOLOGY_DIR,
+    WORKER_HOSTFILE,
     WORKER_LOG_PREFIX,
     WORKER_SCRIPT,
     WORKER_UNITS,
     ray_logs,
+    topology_log,
 )
 
 _LOG_MODE_DOC = "0640: 0600 and the read bits of `--log-mode`"
@@ -140,6 +144,35 @@ FILES = (
         "`<jobid> <head node>`, then ` het` in a heterogeneous job, for `attach.sh` and `raysub attach`",
         "0600",
         "`attach.sh`: where srun goes",
+    ),
+    FileDoc(
+        (WORKER_HOSTFILE,),
+        "batch script (`--topology`), when the switches' order is not Slurm's",
+        "the workers in topology order, one per line: the worker step's `SLURM_HOSTFILE` "
+        "(`srun --distribution=arbitrary`), so that task k runs on line k ([topology.md](topology.md))",
+        "0600",
+        "srun: where each worker task runs",
+    ),
+    FileDoc(
+        (
+            f"{TOPOLOGY_DIR}/<node>.json",
+            f"{TOPOLOGY_DIR}/<node>{topology_log.LABELS_SUFFIX}",
+            f"{TOPOLOGY_DIR}/<node>{topology_log.AFFINITY_SUFFIX}",
+        ),
+        "every head and worker node, before its first `ray start` (`--topology`)",
+        "where the node sits (switch or block, NVLink domain and clique, rank) and the resources and labels "
+        "Ray was given; the labels as a YAML mapping; `<gpu>:<cpulist>` per GPU, NeMo-RL's "
+        "`NRL_GPU_CPU_AFFINITY_FILE` (`raysub/protocol/topology_log.py`)",
+        _LOG_MODE_DOC,
+        "`ray start --labels-file`, NeMo-RL's NUMA binding, `raysub status`: shown only",
+    ),
+    FileDoc(
+        (SANDBOX_PORTS_DIR,),
+        "batch script (`--sandbox-command`)",
+        "`SANDBOX_PORTS_DIR` of every sandbox, as under NeMo-RL's ray.sub: what the sandbox command writes "
+        "there (NeMo-Skills' image: `<host>_ports.txt`) is its own",
+        _LOG_MODE_DOC,
+        "the sandbox command",
     ),
     FileDoc(
         (NODE_MAP,),

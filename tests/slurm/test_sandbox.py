@@ -22,8 +22,10 @@ NODE = "node3"
 NOBODY = 65534  # the other user: the uid of nobody
 SHARED = ["--partition=shared", "-c", "1", "--mem=500", f"--nodelist={NODE}"]
 ONE_NODE = ["--nodes", "1", "--gpus-per-node", "0", "--no-exclusive", "--sandbox-timeout", "30"]
-# Answers on the port the job gives it, on every address, with a page naming its job.
+# Says its port in SANDBOX_PORTS_DIR as NeMo-Skills' sandbox image does ("<host>_ports.txt", lines
+# "<worker>:<port>"), then answers on the port the job gives it, on every address, with a page naming its job.
 SERVE = (
+    f'printf \'0:%s\\n\' "${protocol.SANDBOX_PORT_ENV}" >"$SANDBOX_PORTS_DIR/$(hostname)_ports.txt" && '
     'cd "$(mktemp -d)" && printf \'%s\' "$SLURM_JOB_ID" >index.html && '
     f'exec python3 -m http.server "${protocol.SANDBOX_PORT_ENV}" --bind 0.0.0.0'
 )
@@ -60,6 +62,8 @@ def test_two_jobs_sandboxes_on_one_node_both_come_up_on_ports_of_their_own(
         ready = logs.file(f"{protocol.SANDBOX_READY_PREFIX}{NODE}").read_text().split(":")
         published = logs.file(f"{protocol.SANDBOX_PORT_PREFIX}{NODE}").read_text().strip()
         assert int(ready[1]) == int(published) == seen["port"]
+        said = logs.file(f"{protocol.SANDBOX_PORTS_DIR}/{NODE}_ports.txt").read_text()
+        assert said == f"0:{seen['port']}\n"  # SANDBOX_PORTS_DIR: this job's own, in its LOG_DIR
         ports.add(seen["port"])
     assert len(ports) == 2, ports
     for _, job_id, _ in jobs:

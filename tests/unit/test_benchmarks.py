@@ -42,9 +42,10 @@ def test_the_scale_simulation_starts_8_nodes_with_two_job_steps(tmp_path: Path) 
     )  # fmt: skip
     header, row = out.splitlines()[:2]
     assert header.split()[:4] == ["N", "srun", "scontrol", "squeue"]
-    assert row.split()[:4] == ["8", "2", "1", "0"]
+    # scontrol twice: the job's node names (no RPC) and, for the workers' order, Slurm's topology.
+    assert row.split()[:4] == ["8", "2", "2", "0"]
     [run] = json.loads(results.read_text())["runs"]
-    assert run["calls"] == {"srun": 2, "scontrol": 1, "squeue": 0, "sbatch": 0}
+    assert run["calls"] == {"srun": 2, "scontrol": 2, "squeue": 0, "sbatch": 0}
     assert (run["exit_status"], run["ended"]) == (0, "driver exited with status 0")
     assert run["ray_nodes_started"] == 8
     assert run["workers"]["analysed"] == 2

@@ -39,7 +39,8 @@ FORMATS = {
 # JSON that is not a LOG_DIR format: what raysub watch keeps about its own submissions, in its state
 # directory.
 # The checkpoint finder reads a trainer's own metadata next to its checkpoints.
-OWN_JSON = {"raysub.watch_rules", "raysub.job.lib.checkpoints"}
+# Ray's --resources JSON is parsed in one place, the topology rules.
+OWN_JSON = {"raysub.watch_rules", "raysub.job.lib.checkpoints", "raysub.job.lib.topology"}
 
 
 def floor(module: str) -> int:

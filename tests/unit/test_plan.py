@@ -336,3 +336,42 @@ def test_a_profile_can_give_the_sizes(
     result = raysub_cli("render", "--profile", "run7", "--", "true")
     assert result.code == 0, result.stderr
     assert "#SBATCH --nodes=4\n" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("sizes", "domain", "switch", "straddling"),
+    [
+        # GB200 NVL72 of 4-GPU trays: 18 nodes a domain. tp 8 takes 2 nodes: 9 groups to a domain.
+        ({"tp": 8, "pp": 4, "dp": 9}, 18, 16, []),
+        # tp 16 takes 4 nodes: 18 is no multiple of 4, so some group straddles two domains.
+        ({"tp": 16, "pp": 1, "dp": 9}, 18, None, ["tensor-parallel group"]),
+        # A replica (tp x pp = 32 GPUs) takes 8 nodes: leaf switches of 18 cannot hold whole replicas.
+        ({"tp": 8, "pp": 4, "dp": 9}, None, 18, ["model replica"]),
+        # A tensor-parallel group within one node never straddles anything.
+        ({"tp": 2, "pp": 1, "dp": 36}, 18, 18, []),
+    ],
+)
+def test_plan_says_which_groups_straddle_a_domain_or_a_switch(
+    raysub_cli: RunCli, sizes: dict[str, int], domain: int | None, switch: int | None, straddling: list[str]
+) -> None:
+    args = [f"--{name}={value}" for name, value in sizes.items()] + ["--gpus-per-node", "4"]
+    args += [
+        *(["--domain-nodes", str(domain)] if domain else []),
+        *(["--switch-nodes", str(switch)] if switch else []),
+    ]
+    result = raysub_cli("plan", *args, "--json")
+    assert result.code == 0, result.stderr
+    placed = json.loads(result.stdout)["placement"]
+    assert [
+        kind
+        for kind in ("tensor-parallel group", "model replica")
+        if any(kind in w for w in placed["warnings"])
+    ] == straddling
+    assert all(f"raysub: warning: {w}" in result.stderr for w in placed["warnings"])
+    text = raysub_cli("plan", *args).stdout
+    assert ("does not fit whole" in text) == bool(straddling)
+
+
+def test_a_domain_of_no_nodes_is_refused_naming_the_option(raysub_cli: RunCli) -> None:
+    result = raysub_cli("plan", "--tp", "8", "--domain-nodes", "0")
+    assert result.code == 2 and "--domain-nodes" in result.stderr and "at least 1" in result.stderr

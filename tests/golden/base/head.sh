@@ -212,6 +212,7 @@ for ((attempt = 0; attempt <= 2; attempt++)); do
   ((attempt == 0)) || log "retrying the head start (attempt $((attempt + 1)) of 3)"
   run_setup
   ((attempt > 0)) || preflight_gate 8
+  ((attempt > 0)) || node_topology 8 1
   clean_temp_dir
   # The dashboard (and its Jobs API) listens on the head's cluster address, not on every interface.
   DASHBOARD_PORT=8265

@@ -319,6 +319,7 @@ ray_node_args() {
   warn_exposed_ports 6379 6379 8001 8001 8265 8265 8266 8266 8267 8267 8268 8268 8076 8076 8077 8077 8080 8080 8300 8999
   # shellcheck disable=SC2034 # the head and worker scripts start Ray with it
   RAY_ARGS=(
+    ${TOPOLOGY_ARGS[@]+"${TOPOLOGY_ARGS[@]}"}
     --node-ip-address="$ip" --node-name="$HOST" --temp-dir="$temp" --num-gpus="$gpus" --disable-usage-stats
     ${ALLOCATION_ARGS[@]+"${ALLOCATION_ARGS[@]}"}
     --node-manager-port=8076 --object-manager-port=8077
@@ -327,6 +328,24 @@ ray_node_args() {
     --dashboard-agent-grpc-port=8267
     --min-worker-port=8300 --max-worker-port=8999
   )
+}
+
+# Where this node sits (--topology, raysub/job/programs/topology.py): its NVLink domain and Slurm switch or
+# block, given to Ray as NeMo-RL's resources (nvlink_domain_<ClusterUUID>, topo_rank) and raysub/ labels,
+# and the GPU-to-CPU file NeMo-RL binds its workers by. $1: the node's GPUs, $2: its rank, $3: set on a head
+# that runs no GPU work. Once, after --setup (Ray's Python); retries start with what it found. A user's
+# --ray-start-arg comes after it in RAY_ARGS and wins. A node that cannot tell says so and starts without.
+node_topology() {
+  local said status=0 lines=()
+  said=$(node_program topology --log-dir="$LOG_DIR" --node="$HOST" --job="${SLURM_JOB_ID:-}" --gpus="$1" --rank="$2" --address="${SLURM_TOPOLOGY_ADDR:-}" --pattern="${SLURM_TOPOLOGY_ADDR_PATTERN:-}" ${3:+--dedicated-head} --resources='{}' --nvidia-smi-timeout=60) || status=$?
+  if ((status != 0)); then
+    log "warning: where this node sits is not known (status ${status}); Ray starts without its topology"
+    return 0
+  fi
+  mapfile -t lines <<<"$said"
+  TOPOLOGY_ARGS=(--resources="${lines[0]}" --labels-file="${lines[1]}")
+  RAY_ARGS=("${TOPOLOGY_ARGS[@]}" "${RAY_ARGS[@]}")
+  [[ -z ${lines[2]:-} ]] || export NRL_GPU_CPU_AFFINITY_FILE="${lines[2]}"
 }
 
 # Ray's own logs (raylet.out, gcs_server.out, the workers' .out/.err) outlive the temp dir they are in

@@ -40,6 +40,8 @@ ip=$(node_ip)
 ray_node_args "$ip" "$temp" 8 ""
 run_setup
 preflight_gate 8
+# Worker k is task k of the worker step (its nodes in topology order): rank k+2, after the head's 1.
+node_topology 8 $((SLURM_PROCID + 2))
 clean_temp_dir
 start_joiner "${RAY_ARGS[@]}"
 status=0
