@@ -62,6 +62,9 @@ class SmokeResult:
     problems: list[str]
     allreduce: AllReduce = field(default_factory=AllReduce)
     t: float = field(default_factory=time.time)
+    # Each node's topology labels (raysub/switch, raysub/block, raysub/nvlink-domain), by node name; a
+    # placement group selecting each value was checked to land on exactly its nodes (problems if not).
+    topology: dict[str, dict[str, str]] = field(default_factory=dict)
 
     @property
     def reason(self) -> str:
@@ -103,6 +106,7 @@ def read_result(path: Path) -> SmokeResult | None:
             problems=[str(problem) for problem in record["problems"]],
             allreduce=AllReduce(**record["allreduce"]),
             t=float(record["t"]),
+            topology={str(n): dict(labels) for n, labels in dict(record.get("topology") or {}).items()},
         )
     except FileNotFoundError:
         return None

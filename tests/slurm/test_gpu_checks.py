@@ -105,6 +105,12 @@ def test_smoke_places_one_actor_on_each_gpu_slot_and_leaves_no_placement_group(
         8,
     )
     assert "CREATED" not in json.loads(left), left
+    # Where each node sits (the minicluster's topology/tree; no nvidia-smi: each node its own NVLink
+    # domain), each switch and domain checked by a placement group that selects it.
+    assert placed.topology == {
+        f"node{k}": {"raysub/switch": f"s{(k + 1) // 2}", "raysub/nvlink-domain": f"node{k}"}
+        for k in range(1, 5)
+    }
     assert_clean(minicluster, job_id)
 
 

@@ -29,6 +29,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy as I
 ray.init()
 nodes = {{n["NodeName"]: n for n in ray.nodes() if n["Alive"]}}
 print("ranks", json.dumps({{k: n["Resources"].get("topo_rank") for k, n in nodes.items()}}))
+print("own", json.dumps({{k: n["Resources"].get("fast_disk") for k, n in nodes.items()}}))
 print("labels", json.dumps({{k: n["Labels"] for k, n in nodes.items()}}))
 @ray.remote(num_cpus=0.01)
 def where():
@@ -65,7 +66,8 @@ def test_the_nodes_topology_reaches_ray_as_labels_and_nemo_rls_resources(
     shutil.copy(REPO / "tests" / "fixtures" / "topology" / "topo-hgx-h200.txt", stand_in / "topo.txt")
     setup = f"export PATH={stand_in}/bin:$PATH FAKE_NVIDIA_SMI_DIR={stand_in}"
     env = [arg for key, value in MPI.items() for arg in ("--env", f"{key}={value}")]
-    render = ["--nodes", "4", "--gpus-per-node", "0", "--setup", setup, "--clean-mpi-env", *env]
+    own = '--ray-start-arg=--resources={"fast_disk": 2}'  # added to the topology's, not in their place
+    render = ["--nodes", "4", "--gpus-per-node", "0", "--setup", setup, "--clean-mpi-env", own, *env]
     result, logs = run_job(minicluster, slurm_tmp, [*render, "--", "python", "-c", DRIVER])
     assert (result.state, result.exit_code) == ("COMPLETED", 0), job_report(
         minicluster, slurm_tmp, result.job_id
@@ -74,6 +76,7 @@ def test_the_nodes_topology_reaches_ray_as_labels_and_nemo_rls_resources(
     # Listed switch by switch: the head and node2 (s1), then node3 and node4 (s2); ranks in that order.
     assert [entry.node for entry in logs.node_map()] == ["node1", "node2", "node3", "node4"]
     assert said(log, "ranks") == {"node1": 1.0, "node2": 2.0, "node3": 3.0, "node4": 4.0}
+    assert said(log, "own") == {f"node{k}": 2.0 for k in range(1, 5)}
     labels = said(log, "labels")
     assert isinstance(labels, dict)
     for node, switch in (("node1", "s1"), ("node2", "s1"), ("node3", "s2"), ("node4", "s2")):

@@ -2,6 +2,7 @@
 checks as pure functions, smoke.json's writer and reader, the driver script render makes of it, the command
 lines' usage errors, and one short run against a real single-machine Ray with two (logical) GPUs."""
 
+import dataclasses
 import json
 import logging
 import subprocess
@@ -185,7 +186,30 @@ def test_without_torch_the_all_reduce_is_skipped_unless_required() -> None:
 def a_result() -> smoke_result.SmokeResult:
     request = smoke.placement_request([NODE1, NODE2], Options())
     allreduce = smoke.allreduce_result([{"value": 4, "seconds": 0.25}] * 4, "nccl", 2**26)
-    return smoke.make_result(request, [NODE1, NODE2], whole()[::-1], [], allreduce)
+    result = smoke.make_result(request, [NODE1, NODE2], whole()[::-1], [], allreduce)
+    return dataclasses.replace(result, topology={"node1": {"raysub/switch": "s1"}})
+
+
+def test_each_switch_block_and_domain_the_labels_name_is_checked_with_its_nodes() -> None:
+    every = {smoke.EVERY_NODE: 1.0}
+    table = [
+        {
+            "NodeID": "a",
+            "Alive": True,
+            "Resources": every,
+            "Labels": {"raysub/switch": "s1", "ray.io/x": "1"},
+        },
+        {
+            "NodeID": "b",
+            "Alive": True,
+            "Resources": every,
+            "Labels": {"raysub/switch": "s1", "raysub/block": "b"},
+        },
+        {"NodeID": "c", "Alive": False, "Resources": every, "Labels": {"raysub/switch": "s2"}},  # gone
+        {"NodeID": "d", "Alive": True, "Resources": {}, "Labels": {"raysub/switch": "s3"}},  # not raysub's
+        {"NodeID": "e", "Alive": True, "Resources": every},  # Ray without labels
+    ]
+    assert smoke.topology_groups(table) == {("raysub/switch", "s1"): ["a", "b"], ("raysub/block", "b"): ["b"]}
 
 
 def test_smoke_json_round_trips(tmp_path: Path) -> None:
@@ -196,7 +220,7 @@ def test_smoke_json_round_trips(tmp_path: Path) -> None:
     assert [a.bundle for a in report.actors] == [0, 1, 2, 3]  # in bundle order, however they answered
     record = json.loads(path.read_text())
     assert set(record) == {"ok", "strategy", "bundles", "bundle_resources", "nodes", "actors", "problems",
-                           "allreduce", "t"}  # fmt: skip
+                           "allreduce", "t", "topology"}  # fmt: skip
     assert record["actors"][0] == {
         "bundle": 0, "node_id": "id1", "node": "node1", "hostname": "node1", "ip": "10.0.0.1",
         "gpu_ids": ["0"], "cuda_visible_devices": "0",
@@ -240,7 +264,8 @@ def test_the_table() -> None:
     assert lines[0].split() == ["bundle", "node", "IP", "GPU", "ids", "CUDA_VISIBLE_DEVICES"]
     assert lines[1].split() == ["0", "node1", "10.0.0.1", "0", "0"]
     assert lines[5].startswith("all-reduce: nccl, 4 ranks, 64 MiB in 250.0 ms: bus bandwidth 0.40 GB/s")
-    assert lines[6] == "ok: 4 of 4 bundles (one per GPU, PACK) placed on 2 of 2 nodes"
+    assert lines[6] == "topology: node1: switch s1"
+    assert lines[7] == "ok: 4 of 4 bundles (one per GPU, PACK) placed on 2 of 2 nodes"
 
 
 # ---- render --smoke: the driver ----

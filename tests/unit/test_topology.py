@@ -239,3 +239,64 @@ def test_a_block_listing_as_published_orders_the_workers_too(tmp_path: Path) -> 
     job = run_batch_script(tmp_path, job_spec("rst"), env, "74")
     assert [entry.node for entry in job.log_dir.node_map()] == [nodes[0], nodes[2], nodes[1]]
     assert Path(job.steps["worker.sh"].env["SLURM_HOSTFILE"]).read_text().split() == [nodes[2], nodes[1]]
+
+
+def test_no_topology_runs_and_ships_none_of_it() -> None:
+    from raysub.job.render import node_library, render
+    from raysub.spec import JobSpec
+
+    spec = JobSpec(nodes=2, command=("python", "train.py"), topology=False)
+    script = render(spec)
+    assert "node_program topology" not in script and "order_by_switch" not in script
+    assert "--labels-file" not in script.partition("PAYLOAD")[0]
+    assert not [dest for dest, _ in node_library(spec) if "topology" in dest]
+
+
+@pytest.mark.parametrize(
+    ("arg", "said"),
+    [
+        ("--resources=[1]", "a JSON object of numbers"),
+        ('--resources={"a": "x"}', "a JSON object of numbers"),
+        ("--resources", "a JSON object of numbers"),  # the JSON as a second argument: not seen
+        ("--labels-file=/x.yaml", "raysub gives each node its labels file"),
+    ],
+)
+def test_resources_and_labels_of_ones_own_are_refused_when_raysub_cannot_add_them(
+    arg: str, said: str
+) -> None:
+    from raysub.errors import SpecError
+    from raysub.spec import JobSpec
+
+    with pytest.raises(SpecError) as error:
+        JobSpec(nodes=2, command=("x",), ray_start_args=(arg,)).check()
+    assert error.value.option == "--ray-start-arg" and said in error.value.message
+    JobSpec(nodes=2, command=("x",), ray_start_args=(arg,), topology=False).check()  # Ray's own, then
+
+
+def test_resources_of_ones_own_go_to_the_topology_program_not_past_it() -> None:
+    from raysub.job.render import render
+    from raysub.spec import JobSpec
+
+    script = render(JobSpec(nodes=2, command=("x",), ray_start_args=('--resources={"fast_disk": 2}',)))
+    assert """--resources='{"fast_disk": 2}' --nvidia-smi-timeout""" in script
+    assert "'--resources={\"fast_disk\": 2}'" not in script  # not among the args every 'ray start' takes
+
+
+@pytest.mark.parametrize(
+    ("value", "taken"),
+    [("s1", True), ("dc6e40c4-d722-4357-9ba6-5291dd461278", True), ("a" * 64, False), ("rack/1", False)],
+)
+def test_a_label_value_ray_would_refuse_is_left_out(value: str, taken: bool) -> None:
+    assert (rules.label_value(value) is not None) == taken
+
+
+def test_status_says_where_the_nodes_sit(tmp_path: Path) -> None:
+    from raysub.status import Status
+
+    where: dict[str, object] = {"switch": "s1", "block": None, "nvlink_domain": GB200_UUID, "rank": 1}
+    status = Status("7", 0, str(tmp_path), "RUNNING", "driver running", None, 1, 1)
+    status.topology = {"node1": where, "node2": {**where, "rank": 2}, "node3": {**where, "switch": "s2"}}
+    assert (
+        f"topology: s1, NVLink {GB200_UUID}: node1 node2; s2, NVLink {GB200_UUID}: node3" in status.describe()
+    )
+    assert json.loads(status.to_json())["topology"]["node3"]["switch"] == "s2"

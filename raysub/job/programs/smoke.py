@@ -6,7 +6,9 @@ actor in each bundle and checks what they report: every node of the cluster and 
 exactly one actor, and no two actors share a GPU of a node. With --allreduce the actors then run a
 torch.distributed all-reduce (NCCL where every actor sees a CUDA GPU, gloo otherwise) and its bandwidth
 is measured; without torch that part is skipped, unless --allreduce=required. The placement group is
-removed and the actors killed before the end, whatever happened; every wait is bounded by --timeout.
+removed and the actors killed before the end, whatever happened; every wait is bounded by --timeout. Then,
+for each switch, block and NVLink domain the nodes' topology labels name (--topology, docs/topology.md), a
+placement group that selects it by label must land on exactly its nodes.
 
 The driver of a job rendered with ``raysub render --smoke`` (``python -m raysub.job.programs.smoke``, run as
 the other node programs are), and ``raysub smoke`` in a shell of a running job, which runs this program as it
@@ -26,7 +28,7 @@ import sys
 import time
 import traceback
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -422,6 +424,56 @@ class Session:
             self.group = None
 
 
+# The labels a node's topology program gives Ray (raysub/job/lib/topology.py), each checked by a placement
+# group that selects one of its values; and what every such node has a sliver of, so that the check needs
+# no CPU of the nodes.
+TOPOLOGY_LABELS = ("raysub/switch", "raysub/block", "raysub/nvlink-domain")
+EVERY_NODE = "slurm_managed_ray_cluster"
+
+
+def topology_groups(table: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], list[str]]:
+    """(label, value) -> the alive nodes (by id) that carry it, from ``ray.nodes()``."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for entry in table:
+        for key in TOPOLOGY_LABELS:
+            value = (entry.get("Labels") or {}).get(key) if entry.get("Alive") else None
+            if value and EVERY_NODE in entry.get("Resources", {}):
+                groups.setdefault((key, value), []).append(entry["NodeID"])
+    return groups
+
+
+def topology_problems(timeout: float) -> tuple[dict[str, dict[str, str]], list[str]]:
+    """Each node's topology labels (by name), and for each switch, block and NVLink domain whether a
+    placement group that selects it by label gets exactly its nodes, one bundle on each."""
+    import ray
+    from ray.util.placement_group import placement_group, placement_group_table, remove_placement_group
+
+    table = ray.nodes()
+    names = {entry["NodeID"]: entry.get("NodeName") or entry["NodeManagerAddress"] for entry in table}
+    where = {
+        names[entry["NodeID"]]: {k: v for k, v in (entry.get("Labels") or {}).items() if k in TOPOLOGY_LABELS}
+        for entry in table
+        if entry.get("Alive") and entry.get("Labels")
+    }
+    problems = []
+    for (key, value), members in sorted(topology_groups(table).items()):
+        bundles = [{EVERY_NODE: 0.001} for _ in members]
+        group = placement_group(bundles, "STRICT_SPREAD", bundle_label_selector=[{key: value}] * len(members))
+        try:
+            if not group.wait(timeout):
+                problems.append(
+                    f"a placement group selecting {key}={value} was not placed within {timeout:g} s"
+                )
+                continue
+            landed = set(placement_group_table(group)["bundles_to_node_id"].values())
+            if landed != set(members):
+                outside = sorted(names.get(n, n) for n in landed - set(members))
+                problems.append(f"a placement group selecting {key}={value} landed on {', '.join(outside)}")
+        finally:
+            remove_placement_group(group)
+    return where, problems
+
+
 def placement(bundle: int, answer: Mapping[str, Any], names: Mapping[str, str]) -> Placement:
     return Placement(
         bundle=bundle,
@@ -460,7 +512,13 @@ def run(options: Options) -> SmokeResult:
         problems.append(f"the smoke test stopped: {type(error).__name__}: {one_line(error)}")
     finally:
         session.close()
-    return make_result(request, nodes, actors, problems, allreduce)
+    topology: dict[str, dict[str, str]] = {}
+    try:
+        topology, wrong = topology_problems(options.timeout)
+        problems += wrong
+    except Exception as error:  # as above
+        problems.append(f"the topology check stopped: {type(error).__name__}: {one_line(error)}")
+    return replace(make_result(request, nodes, actors, problems, allreduce), topology=topology)
 
 
 IN_A_JOB = "run it in the job (raysub attach JOB -- raysub smoke), or set RAY_ADDRESS to its head's host:port"
@@ -509,6 +567,11 @@ def table(result: SmokeResult) -> str:
         lines = ["no actor ran"]
     if result.allreduce.status != "off":
         lines.append(describe_allreduce(result.allreduce))
+    for node, labels in sorted(result.topology.items()):
+        lines.append(
+            f"topology: {node}: "
+            + ", ".join(f"{k.removeprefix('raysub/')} {v}" for k, v in sorted(labels.items()))
+        )
     lines += [f"problem: {problem}" for problem in result.problems]
     lines.append(summary(result))
     return "\n".join(lines)
