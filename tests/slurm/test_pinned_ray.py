@@ -11,8 +11,11 @@ from tests.support.raysub_jobs import assert_clean, job_report, run_job
 
 pytestmark = pytest.mark.slurm
 
+# Also the nodes' switches, which Ray 2.49 takes as labels (--labels-file) as later Rays do (issue 42).
 DRIVER = (
-    "import ray\nray.init()\nprint('ray', ray.__version__, 'alive', sum(n['Alive'] for n in ray.nodes()))"
+    "import ray\nray.init()\nprint('ray', ray.__version__, 'alive', sum(n['Alive'] for n in ray.nodes()))\n"
+    "print('switches', sorted((n['NodeName'], n['Labels'].get('raysub/switch'))\n"
+    "                         for n in ray.nodes() if n['Alive']))"
 )
 
 
@@ -28,6 +31,9 @@ def test_a_job_runs_on_the_frameworks_older_ray(
     report = job_report(minicluster, slurm_tmp, result.job_id)
     assert (result.state, result.exit_code) == ("COMPLETED", 0), report
     assert "ray 2.49.2 alive 2" in logs.driver_log.read_text()
+    # The minicluster's switches: node1-2 under s1, node3-4 under s2.
+    switches = [(entry.node, f"s{(int(entry.node[4:]) + 1) // 2}") for entry in logs.node_map()]
+    assert f"switches {sorted(switches)!r}" in logs.driver_log.read_text()
     assert_clean(minicluster, result.job_id)
 
 
