@@ -55,6 +55,8 @@ def health(
     step_regex: str | None,
     stall_after: float,
     slow_step_limit: float | None,
+    tensorboard_dir: Path | None,
+    metrics_file: Path | None,
     gpu_idle_threshold: float,
     gpu_idle_after: float,
     checkpoint_dir: Path | None,
@@ -84,6 +86,8 @@ def health(
         checkpoint_dir,
         checkpoint_marker,
         slow_step_limit=slow_step_limit,
+        tensorboard_dir=tensorboard_dir,
+        metrics_file=metrics_file,
     )
     checkup = check(found, slurm.job_state(found.job_id), options)
     click.echo(checkup.to_json() if as_json else checkup.describe())
@@ -202,6 +206,8 @@ def watch(
     no_retry: frozenset[int],
     stall_after: float,
     slow_step_limit: float | None,
+    tensorboard_dir: Path | None,
+    metrics_file: Path | None,
     step_regex: str | None,
     checkpoint_dir: Path | None,
     checkpoint_marker: str | None,
@@ -262,6 +268,8 @@ def watch(
                 step_regex=step_regex,
                 stall_after=stall_after,
                 slow_step_limit=slow_step_limit,
+                tensorboard_dir=tensorboard_dir,
+                metrics_file=metrics_file,
             )
         ),
         submit_timeout=sbatch_timeout,

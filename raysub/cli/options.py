@@ -196,6 +196,20 @@ def progress_options(stall_help: str) -> Callable[[F], F]:
 
     def decorate(func: F) -> F:
         func = click.option(
+            "--metrics-file",
+            type=click.Path(dir_okay=False, path_type=Path),
+            metavar="FILE",
+            help="JSON-lines metrics the trainer writes, with a step key (global_step, num_updates, step, "
+            "iteration, training_iteration): the step of its last line, before the driver's text.",
+        )(func)
+        func = click.option(
+            "--tensorboard-dir",
+            type=click.Path(file_okay=False, path_type=Path),
+            metavar="DIR",
+            help="Where the trainer writes TensorBoard event files: the step of the newest event, before "
+            "the driver's text (a step the trainer reports with raysub.trainer comes first; docs/health.md).",
+        )(func)
+        func = click.option(
             "--slow-step-limit",
             type=click.FloatRange(min=1),
             metavar="SECONDS",

@@ -25,7 +25,7 @@ from raysub.health.options import (
     Options,
 )
 from raysub.health.progress import Progress, Throughput
-from raysub.health.stall import DriverTail, median_step_time
+from raysub.health.stall import StepSources, median_step_time
 from raysub.job.lib.checkpoints import AmbiguousCheckpoints, latest_checkpoint
 from raysub.jobs import Job
 from raysub.protocol.logdir import LogDir, ProgressSeen
@@ -97,6 +97,8 @@ class Checkup:
     verdict: Verdict
     findings: list[Finding] = field(default_factory=list)
     step: int | None = None
+    # Where the step came from: "trainer (<who reported it>)" (raysub.trainer), or "driver log" (its text).
+    step_source: str | None = None
     total_steps: int | None = None
     seconds_per_step: float | None = None
     throughput: Throughput | None = None
@@ -127,7 +129,8 @@ class Checkup:
             total = f"/{self.total_steps}" if self.total_steps else ""
             took = f", {_seconds(self.seconds_per_step)} per step" if self.seconds_per_step else ""
             rate = f", {self.throughput}" if self.throughput else ""
-            lines.append(f"step {self.step}{total}{took}{rate}")
+            source = f" (from the {self.step_source})" if self.step_source != "driver log" else ""
+            lines.append(f"step {self.step}{total}{took}{rate}{source}")
         if gpus := self.gpu_utilization:
             lines.append(
                 f"GPU utilisation: {gpus.average:g}% on average, {gpus.minimum:g}% on the least busy GPU"
@@ -370,7 +373,7 @@ def check(job: Job, slurm: SlurmState, options: Options, now: float | None = Non
     logs = job.logs
     state = state_name(slurm)
     findings = state_findings(state, slurm, logs)
-    seen, changed = DriverTail(options.step_regex).read(logs, now)
+    seen, changed, source = StepSources(options).read(logs, now)
     stall = stall_finding(logs, seen, changed, options, now)
     snapshots = read_snapshots(logs.metrics) if logs.metrics.exists() else []
     idle = idle_finding(logs, snapshots, options, now)
@@ -394,6 +397,7 @@ def check(job: Job, slurm: SlurmState, options: Options, now: float | None = Non
         verdict=verdict(state, findings, logs),
         findings=findings,
         step=seen.step if seen else None,
+        step_source=source,
         total_steps=seen.total if seen else None,
         seconds_per_step=seen.seconds_per_step if seen else None,
         throughput=seen.throughput if seen else None,
@@ -414,7 +418,7 @@ class StallCheck:
 
     def __init__(self, options: Options) -> None:
         self.options = options
-        self.tails: dict[Path, DriverTail] = {}
+        self.tails: dict[Path, StepSources] = {}
 
     def __call__(self, job: Job, now: float | None = None) -> Finding | None:
         """None when the job is fine; an error (kind stall) when it stalled; a warning (slow_step) when
@@ -422,11 +426,11 @@ class StallCheck:
         now = time.time() if now is None else now
         if not driver_running(job.logs):
             return None
-        tail = self.tails.pop(job.logs.path, None) or DriverTail(self.options.step_regex)
+        tail = self.tails.pop(job.logs.path, None) or StepSources(self.options)
         self.tails[job.logs.path] = tail  # the most recent last
         while len(self.tails) > self.MAX_JOBS:
             del self.tails[next(iter(self.tails))]
-        seen, changed = tail.read(job.logs, now)
+        seen, changed, _ = tail.read(job.logs, now)
         return stall_finding(job.logs, seen, changed, self.options, now)
 
 

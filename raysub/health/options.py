@@ -17,6 +17,10 @@ class Options:
     # How long a step may take while the driver keeps printing before it counts as stalled; None: the
     # default, raysub.health.checkup.slow_step_limit().
     slow_step_limit: float | None = None
+    # Where the trainer writes TensorBoard event files, and JSON-lines metrics with a step key: read for the
+    # step before the driver's text (raysub/health/structured.py).
+    tensorboard_dir: Path | None = None
+    metrics_file: Path | None = None
 
 
 # A step that keeps printing is slow (a warning) past SLOW_STEP_FACTOR median steps and SLOW_STEP_MIN

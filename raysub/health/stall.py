@@ -17,7 +17,10 @@ from itertools import pairwise
 from pathlib import Path
 from typing import BinaryIO
 
-from raysub.health.progress import Progress, progress
+from raysub.health.options import Options
+from raysub.health.progress import Progress, Throughput, progress
+from raysub.health.structured import EventsTail, jsonl_step
+from raysub.protocol import trainer_progress
 from raysub.protocol.logdir import LogDir
 
 # Of what was written since the last read, only the newest READ_MAX bytes are read: the latest step is at
@@ -139,3 +142,44 @@ def median_step_time(steps: Sequence[tuple[int, float]], stated: float | None) -
     if len(times) >= MIN_STEP_TIMES or (times and not stated):
         return statistics.median(times)
     return stated or None
+
+
+class StepSources:
+    """Where a job's step is read from, best first: the trainer's own report (raysub.trainer), then
+    TensorBoard's events and JSON-lines metrics when the options name them, then the driver's text. One
+    per job: each source is read on from where it stopped."""
+
+    def __init__(self, options: Options) -> None:
+        self.tail = DriverTail(options.step_regex)
+        self.events = EventsTail(options.tensorboard_dir) if options.tensorboard_dir else None
+        self.metrics_file = options.metrics_file
+
+    def read(self, logs: LogDir, now: float) -> tuple[Progress | None, float | None, str | None]:
+        """The latest step, when the driver's output last changed (a report or an event counts), and where
+        the step came from: "trainer (<who>)", "tensorboard", "metrics file" or "driver log"."""
+        seen, changed = self.tail.read(logs, now)
+        report = trainer_progress.read(logs.path)
+        if report is not None:
+            rate = Throughput(*report.throughput) if report.throughput else None
+            line = f"step {report.step} as {report.source} reported it"
+            stated = Progress(report.step, report.total, report.seconds_per_step, rate, line)
+            return stated, max(changed or report.t, report.t), f"trainer ({report.source})"
+        found = self._structured()
+        if found is not None:
+            step, when, source = found
+            return (
+                Progress(step, None, None, None, f"step {step} in the {source}"),
+                max(changed or when, when),
+                source,
+            )
+        return seen, changed, "driver log" if seen else None
+
+    def _structured(self) -> tuple[int, float, str] | None:
+        if self.events is not None and (event := self.events.read()) is not None:
+            return event[0], event[1], "tensorboard"
+        if self.metrics_file is not None and (step := jsonl_step(self.metrics_file)) is not None:
+            try:
+                return step, self.metrics_file.stat().st_mtime, "metrics file"
+            except OSError:  # gone since it was read
+                return None
+        return None

@@ -110,6 +110,9 @@ PHASE_DRIVER_CLEANUP = "driver_cleanup"
 # seen, so that a step much slower than the others is too: {"step": <int or null>, "since": <float>,
 # "steps": [[<step>, <first seen>], ...]} (a file without "steps", from before, reads with none).
 HEALTH_PROGRESS = "health_progress.json"
+# The trainer's own word on its step (raysub.trainer; raysub/protocol/trainer_progress.py), which health and
+# watch prefer to the driver's text.
+TRAINER_PROGRESS = "trainer_progress.json"
 PROGRESS_HISTORY = 64
 
 # For the driver (and the user's code): the newest complete checkpoint under --checkpoint-dir when the

@@ -58,6 +58,7 @@ from raysub.protocol import (
     TIMELINE,
     TIMELINE_LOCK,
     TOPOLOGY_DIR,
+    TRAINER_PROGRESS,
     WORKER_HOSTFILE,
     WORKER_LOG_PREFIX,
     WORKER_SCRIPT,
@@ -144,6 +145,14 @@ FILES = (
         "`<jobid> <head node>`, then ` het` in a heterogeneous job, for `attach.sh` and `raysub attach`",
         "0600",
         "`attach.sh`: where srun goes",
+    ),
+    FileDoc(
+        (TRAINER_PROGRESS,),
+        "the trainer (`raysub.trainer.report_step`, `raysub.trainer_hooks`), at most once a second",
+        "its latest report: the global step, when it was first reported, the total, time per step and "
+        "throughput it stated, and who reported it (`raysub/protocol/trainer_progress.py`)",
+        _LOG_MODE_DOC,
+        "`raysub health`, `watch`: the step, preferred to the driver's text",
     ),
     FileDoc(
         (WORKER_HOSTFILE,),

@@ -123,9 +123,10 @@ time.sleep(60)
 }
 
 @test "the port of the node's block: waiting for it (the head's --setup, its GPU preflight) counts not against --sandbox-timeout" {
-  render_sandbox --no-exclusive --sandbox-command "$SERVER" --sandbox-timeout 3
+  # 8 s: time enough for the server (a Python) to listen under CI's load, where 3 s once was not.
+  render_sandbox --no-exclusive --sandbox-command "$SERVER" --sandbox-timeout 8
   start_sandbox
-  sleep 3.5 # longer than --sandbox-timeout, before the node's Ray picks its block
+  sleep 8.5 # longer than --sandbox-timeout, before the node's Ray picks its block
   (umask 077 && printf '%s\n' "$PORT" >"${LOG_DIR}/${P_SANDBOX_PORT_PREFIX}nodeA")
   wait_file "${LOG_DIR}/${P_SANDBOX_READY_PREFIX}nodeA" 30
   printf 'driver finished\n' >"${LOG_DIR}/${P_ENDED}"

@@ -237,17 +237,24 @@ def test_a_temp_dir_another_user_made_for_the_next_job_is_not_used(
         assert "198.18.0.99" not in logs.head_log.read_text()
         # What was planted is as it was: nothing of the job went there.
         assert sorted(p.name for p in planted.iterdir()) == ["node1", "node2", protocol.LOCAL_HEAD_ADDRESS]
-        assert_clean_except(minicluster, job_id)
+        assert_clean_except(minicluster, logs)
     finally:
         shutil.rmtree(planted, ignore_errors=True)
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def assert_clean_except(cluster: MiniCluster, job_id: int) -> None:
-    """Nothing of the job runs on any node (its planted temp dir is another user's, and stays)."""
+def assert_clean_except(cluster: MiniCluster, logs: LogDir) -> None:
+    """Nothing of the job runs on any node (its planted temp dir is another user's, and stays), and the
+    private temp dirs its nodes made instead, which their logs name, are gone. Only those: a bats test
+    beside this one makes /tmp/rs-XXXXXX directories of its own (tests/bats/node_scripts.bats)."""
     left = cluster.wait_no_leftovers()
     assert left == [], left
-    assert not list(Path("/tmp").glob("rs-??????")), "the job's own temp dirs were not removed"
+    logs_text = "".join(
+        path.read_text(errors="replace") for path in [logs.head_log, *logs.path.glob("nodes/*.log")]
+    )
+    made = re.findall(r"; using (/tmp/rs-[A-Za-z0-9]{6}) instead", logs_text)
+    assert len(made) == 2, logs_text
+    assert not [path for path in made if Path(path).exists()], "the job's own temp dirs were not removed"
 
 
 # The driver of a job with --driver-restarts: each run waits until the test says the group member has

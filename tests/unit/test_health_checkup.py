@@ -276,7 +276,8 @@ def test_a_restarted_driver_s_log_is_read_afresh(tmp_path: Path) -> None:
     job = running_job(tmp_path)
     checker = StallCheck(Options(stall_after=300))
     assert checker(job, now=NOW) is None
-    [tail] = checker.tails.values()
+    [sources] = checker.tails.values()
+    tail = sources.tail
     assert (tail.path, latest_step(tail)) == (job.logs.driver_log, 7)
     restart = job.logs.file(protocol.driver_log_name(1))
     append(job, "(TaskRunner pid=99) loading checkpoint from global_step_5\n", NOW + 60, restart)

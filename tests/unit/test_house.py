@@ -39,8 +39,14 @@ FORMATS = {
 # JSON that is not a LOG_DIR format: what raysub watch keeps about its own submissions, in its state
 # directory.
 # The checkpoint finder reads a trainer's own metadata next to its checkpoints.
-# Ray's --resources JSON is parsed in one place, the topology rules.
-OWN_JSON = {"raysub.watch_rules", "raysub.job.lib.checkpoints", "raysub.job.lib.topology"}
+# JSON that is no LOG_DIR format, each parsed in one place: watch's state, trainers' checkpoint records,
+# Ray's --resources (the topology rules) and trainers' JSON-lines metrics (health's structured sources).
+OWN_JSON = {
+    "raysub.watch_rules",
+    "raysub.job.lib.checkpoints",
+    "raysub.job.lib.topology",
+    "raysub.health.structured",
+}
 
 
 def floor(module: str) -> int:

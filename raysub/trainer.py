@@ -1,0 +1,142 @@
+"""For the trainer: say the training step exactly, so that raysub health, watch and report need not read it
+from the driver's text (docs/health.md, "Where the step comes from").
+
+    from raysub.trainer import report_step
+
+    report_step(step, total=max_steps, seconds_per_step=timer.last, throughput=tps, unit="tokens/s")
+
+Call it from one process (the driver, or rank 0): the step is the global training step, the optimizer
+steps over the whole run, never an epoch's counter. Outside a raysub job (no LOG_DIR in the environment)
+it does nothing and returns False. Reports come as often as the trainer likes; the file in LOG_DIR is
+rewritten at most once a second (a report in between is written a second after the last write, by a
+timer thread, or by flush(), which also runs when the process exits). raysub.trainer_hooks has adapters
+that call it from the stacks' own hooks.
+
+The standard library only (and raysub's protocol), so that importing it never drags Ray or raysub's
+command-line dependencies into a trainer.
+"""
+
+from __future__ import annotations
+
+import atexit
+import math
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from raysub.protocol import trainer_progress
+from raysub.protocol.trainer_progress import UNITS, Report
+
+WRITE_EVERY_S = 1.0
+
+
+class StepReporter:
+    """Reports of one trainer into its job's LOG_DIR (``log_dir``, default the job's); ``source`` names who
+    reports (an adapter's name, or "api")."""
+
+    def __init__(
+        self,
+        source: str = "api",
+        log_dir: Path | None = None,
+        clock: Callable[[], float] = time.time,
+        write_every: float = WRITE_EVERY_S,
+    ) -> None:
+        self.source = source
+        self.log_dir = log_dir if log_dir is not None else trainer_progress.log_dir_of_job()
+        self.clock = clock
+        self.write_every = write_every
+        self.pending: Report | None = None
+        self.written_at: float | None = None
+        self.since: tuple[int, float] | None = None  # (step, when it was first reported)
+        self.lock = threading.Lock()
+        self.timer: threading.Timer | None = None
+
+    def report(
+        self,
+        step: int,
+        total: int | None = None,
+        seconds_per_step: float | None = None,
+        throughput: float | None = None,
+        unit: str | None = None,
+    ) -> bool:
+        """Records ``step`` (and what else is known of it); False outside a raysub job. Raises ValueError
+        for a value that is no step, total, time or throughput (a negative step, an unknown unit)."""
+        if self.log_dir is None:
+            return False
+        check(step, total, seconds_per_step, throughput, unit)
+        with self.lock:
+            now = self.clock()
+            if self.since is None or self.since[0] != step:
+                self.since = (int(step), now)
+            rate = (float(throughput), str(unit)) if throughput is not None else None
+            span = float(seconds_per_step) if seconds_per_step is not None else None
+            self.pending = Report(now, int(step), self.since[1], total, span, rate, self.source)
+            wait = 0.0 if self.written_at is None else self.write_every - (now - self.written_at)
+            if wait <= 0:
+                self._write()
+            elif self.timer is None:
+                self.timer = threading.Timer(wait, self.flush)
+                self.timer.daemon = True
+                self.timer.start()
+        return True
+
+    def flush(self) -> None:
+        """Writes the latest report not written yet."""
+        with self.lock:
+            self.timer = None
+            self._write()
+
+    def _write(self) -> None:
+        if self.pending is None or self.log_dir is None:
+            return
+        trainer_progress.write(self.log_dir, self.pending)
+        self.written_at, self.pending = self.pending.t, None
+
+
+def check(
+    step: int, total: int | None, seconds_per_step: float | None, throughput: float | None, unit: str | None
+) -> None:
+    """Raises ValueError naming the first value a report cannot hold."""
+
+    def whole(value: object) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+    def positive(value: object) -> bool:
+        return (
+            isinstance(value, (int, float))
+            and not isinstance(value, bool)
+            and math.isfinite(value)
+            and value > 0
+        )
+
+    if not whole(step):
+        raise ValueError(f"step must be a whole number of steps, 0 or more, not {step!r}")
+    if total is not None and not whole(total):
+        raise ValueError(f"total must be a whole number of steps, not {total!r}")
+    if seconds_per_step is not None and not positive(seconds_per_step):
+        raise ValueError(f"seconds_per_step must be a number above 0, not {seconds_per_step!r}")
+    if (throughput is None) != (unit is None):
+        raise ValueError("give throughput and its unit together")
+    if throughput is not None and not positive(throughput):
+        raise ValueError(f"throughput must be a number above 0, not {throughput!r}")
+    if unit is not None and unit not in UNITS:
+        raise ValueError(f"unit must be one of {', '.join(UNITS)}, not {unit!r}")
+
+
+_REPORTER: StepReporter | None = None
+
+
+def report_step(
+    step: int,
+    total: int | None = None,
+    seconds_per_step: float | None = None,
+    throughput: float | None = None,
+    unit: str | None = None,
+) -> bool:
+    """:meth:`StepReporter.report` of this process's reporter (made at the first call, flushed at exit)."""
+    global _REPORTER
+    if _REPORTER is None:
+        _REPORTER = StepReporter()
+        atexit.register(_REPORTER.flush)
+    return _REPORTER.report(step, total, seconds_per_step, throughput, unit)
