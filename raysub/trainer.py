@@ -124,19 +124,7 @@ def check(
         raise ValueError(f"unit must be one of {', '.join(UNITS)}, not {unit!r}")
 
 
-_REPORTER: StepReporter | None = None
-
-
-def report_step(
-    step: int,
-    total: int | None = None,
-    seconds_per_step: float | None = None,
-    throughput: float | None = None,
-    unit: str | None = None,
-) -> bool:
-    """:meth:`StepReporter.report` of this process's reporter (made at the first call, flushed at exit)."""
-    global _REPORTER
-    if _REPORTER is None:
-        _REPORTER = StepReporter()
-        atexit.register(_REPORTER.flush)
-    return _REPORTER.report(step, total, seconds_per_step, throughput, unit)
+# This process's reporter, for report_step; made at import, which in a job is after the environment is.
+_REPORTER = StepReporter()
+atexit.register(_REPORTER.flush)
+report_step = _REPORTER.report

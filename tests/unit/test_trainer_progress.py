@@ -150,3 +150,15 @@ def test_watchs_stall_rule_goes_by_the_trainers_step(tmp_path: Path) -> None:
     finding = check(job, now=now + 3600)
     assert finding is not None and finding.kind == "stall" and "after step 40" in finding.reason
     assert json.loads(logs.file(protocol.HEALTH_PROGRESS).read_text())["step"] == 40
+
+
+def test_report_step_in_a_job_writes_and_its_last_report_is_flushed_at_exit(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    logs = log_dir(tmp_path)
+    code = "from raysub.trainer import report_step\nreport_step(1)\nreport_step(2, total=9)\n"  # 2: held
+    env = {"PATH": "/usr/bin:/bin", protocol.ENV_LOG_DIR: str(logs.path)}
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=60)
+    report = trainer_progress.read(logs.path)
+    assert report is not None and (report.step, report.total, report.source) == (2, 9, "api")
