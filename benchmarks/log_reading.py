@@ -33,11 +33,11 @@ MIB = 2**20
 
 def other_lines() -> list[str]:
     """Every line of the progress corpus's samples (not their '# ' headers) that raysub reads no step
-    from."""
+    from, alone or after a line that makes a count the run's step (Keras' "Epoch 1/3" before its bar)."""
     found = []
     for sample in sorted(CORPUS.glob("*.log")):
         for line in sample.read_text(errors="replace").splitlines():
-            if line and not line.startswith("# ") and not step_points(line):
+            if line and not line.startswith("# ") and not step_points(f"Epoch 1/3\n{line}"):
                 found.append(line)
     return found
 

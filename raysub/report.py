@@ -18,6 +18,7 @@ from raysub.health.options import Options
 from raysub.health.runs import DriverRun, JobRun, StepGap, read_job_run, step_gaps
 from raysub.jobs import Job
 from raysub.monitor import power_caps
+from raysub.protocol import step_sources
 from raysub.protocol.metrics_log import Snapshot, read_snapshots
 from raysub.protocol.readings import NodeMetrics
 
@@ -341,7 +342,12 @@ def _run_charts(job: JobRun, marks: list[Mark], gaps: list[StepGap]) -> str:
             "(docs/health.md; <code>--step-regex</code> reads another).</p>"
         )
     # Each series: (name, [(x, value)]) in the log's order; x the time on the job's clock, else the line.
-    if job.on_the_clock:
+    if job.step_source != "driver log":
+        place = {run.number: run.timed() for run in runs}
+        axis = (
+            f"x: time since the job started; the step as the {job.step_source} reported it (raysub.trainer)."
+        )
+    elif job.on_the_clock:
         place = {run.number: [(t, point) for t, point in run.timed()] for run in runs}
         undated = sum(len(run.points) - len(place[run.number]) for run in runs)
         axis = (
@@ -367,7 +373,8 @@ def _run_charts(job: JobRun, marks: list[Mark], gaps: list[StepGap]) -> str:
     html_parts = [f'<h3>Training step</h3><p class="axis">{html.escape(axis)}</p>']
     html_parts.append(_chart(job, "steps", steps, marks, gaps))
     for unit, series in rates.items():
-        html_parts.append(f"<h3>Throughput ({html.escape(unit)}), as the log states it</h3>")
+        said = "the trainer reported it" if job.step_source != "driver log" else "the log states it"
+        html_parts.append(f"<h3>Throughput ({html.escape(unit)}), as {said}</h3>")
         html_parts.append(_chart(job, "throughput", series, marks, gaps))
     return "".join(html_parts)
 
@@ -571,5 +578,5 @@ def job_report(job: Job, step_regex: str | None = None) -> str:
     """raysub report's page of ``job``: its run from LOG_DIR (the driver's logs read with ``step_regex``
     as raysub health reads them), and its metrics.jsonl where the monitor wrote one."""
     recorded = read_snapshots(job.logs.metrics) if job.logs.metrics.exists() else []
-    run = read_job_run(job.logs, step_regex)
+    run = read_job_run(job.logs, step_regex or step_sources.read(job.logs.path).step_regex)
     return render_report(f"raysub job {job.job_id}", recorded, power_caps(job), run)

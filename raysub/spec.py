@@ -20,6 +20,7 @@ from raysub.passthrough import (
 from raysub.plan import SIZES, Plan, PlanError, plan
 from raysub.protocol import AuthMode, PreflightMode
 from raysub.protocol.preflight_log import DEFAULT_MIN_FREE_MIB
+from raysub.protocol.step_sources import step_regex_problem
 from raysub.timing import Timing as Timing
 
 # In COMMAND, with --checkpoint-dir: replaced by the checkpoint the driver resumes from, when it starts.
@@ -310,6 +311,12 @@ class JobSpec:
     # Unset the MPI launcher's variables (PMI_*, PMIX_*, MPI_*, OMPI_*) before 'ray start', for code that
     # runs MPI_Init inside Ray (TensorRT-LLM); SLURM_* stay.
     clean_mpi_env: bool = False
+    # Where the step can be read besides the trainer's report, recorded in LOG_DIR (step_sources.json) for
+    # raysub health, watch and report: how the driver's log shows it, the trainer's TensorBoard logdir, its
+    # JSON-lines metrics (both absolute paths).
+    step_regex: str | None = None
+    tensorboard_dir: str | None = None
+    metrics_file: str | None = None
     # The parallel sizes ``nodes`` was computed from (render --tp ... in place of --nodes), else None.
     plan: Plan | None = None
     smoke: bool = False
@@ -412,6 +419,7 @@ class JobSpec:
         self._check_monitor()
         self._check_driver()
         self._check_restarts()
+        self._check_step_sources()
         self._check_preflight()
         if self.sandbox is not None:
             self.sandbox.check()
@@ -598,6 +606,16 @@ class JobSpec:
             if value is not None and (not value or CONTROL.search(value)):
                 raise SpecError(option, f"{value!r} is empty or has a newline or control character")
 
+    def _check_step_sources(self) -> None:
+        if self.step_regex is not None and (why := step_regex_problem(self.step_regex)) is not None:
+            raise SpecError("--step-regex", why)
+        for option, value in (
+            ("--tensorboard-dir", self.tensorboard_dir),
+            ("--metrics-file", self.metrics_file),
+        ):
+            if value is not None and (not value.startswith("/") or CONTROL.search(value)):
+                raise SpecError(option, f"{value!r} is not an absolute path on one line")
+
     def _check_preflight(self) -> None:
         modes = get_args(PreflightMode)
         if self.preflight not in modes:
@@ -743,6 +761,8 @@ def spec_from_options(values: Mapping[str, Any]) -> JobSpec:
     }
     for name in ("sbatch_args", "ray_start_args", "srun_args"):
         plain[name] = tuple(plain[name])
+    for name in ("tensorboard_dir", "metrics_file"):  # where the job runs: the submitting directory, usually
+        plain[name] = plain.get(name) and str(Path(plain[name]).absolute())
     if plain["forward_signal"] is not None:
         plain["forward_signal"] = str(plain["forward_signal"]).upper().removeprefix("SIG")
     return JobSpec(

@@ -9,8 +9,10 @@ Call it from one process (the driver, or rank 0): the step is the global trainin
 steps over the whole run, never an epoch's counter. Outside a raysub job (no LOG_DIR in the environment)
 it does nothing and returns False. Reports come as often as the trainer likes; the file in LOG_DIR is
 rewritten at most once a second (a report in between is written a second after the last write, by a
-timer thread, or by flush(), which also runs when the process exits). raysub.trainer_hooks has adapters
-that call it from the stacks' own hooks.
+timer thread, or by flush(), which also runs when the process exits), and a line is added to its history
+(raysub report's chart) when the step changed, at most every 10 s, and for the last step (the total's,
+or at the exit).
+raysub.trainer_hooks has adapters that call it from the stacks' own hooks.
 
 The standard library only (and raysub's protocol), so that importing it never drags Ray or raysub's
 command-line dependencies into a trainer.
@@ -25,6 +27,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from raysub import protocol
 from raysub.protocol import trainer_progress
 from raysub.protocol.trainer_progress import UNITS, Report
 
@@ -48,6 +51,8 @@ class StepReporter:
         self.write_every = write_every
         self.pending: Report | None = None
         self.written_at: float | None = None
+        self.kept: Report | None = None  # the history's last line
+        self.latest: Report | None = None  # the last report written
         self.since: tuple[int, float] | None = None  # (step, when it was first reported)
         self.lock = threading.Lock()
         self.timer: threading.Timer | None = None
@@ -76,22 +81,34 @@ class StepReporter:
             if wait <= 0:
                 self._write()
             elif self.timer is None:
-                self.timer = threading.Timer(wait, self.flush)
+                self.timer = threading.Timer(wait, self._on_timer)
                 self.timer.daemon = True
                 self.timer.start()
         return True
 
     def flush(self) -> None:
-        """Writes the latest report not written yet."""
+        """Writes the latest report not written yet, and keeps it in the history (at the trainer's exit)."""
+        with self.lock:
+            self._write(ending=True)
+
+    def _on_timer(self) -> None:
         with self.lock:
             self.timer = None
             self._write()
 
-    def _write(self) -> None:
-        if self.pending is None or self.log_dir is None:
+    def _write(self, ending: bool = False) -> None:
+        if self.log_dir is None:
             return
-        trainer_progress.write(self.log_dir, self.pending)
-        self.written_at, self.pending = self.pending.t, None
+        if self.pending is not None:
+            trainer_progress.write(self.log_dir, self.pending)
+            self.written_at, self.latest, self.pending = self.pending.t, self.pending, None
+        last, kept = self.latest, self.kept
+        if last is None or (kept is not None and kept.step == last.step):
+            return
+        final = last.total is not None and last.step >= last.total  # an actor may never reach its exit
+        if ending or final or kept is None or last.t - kept.t >= protocol.TRAINER_HISTORY_EVERY:
+            trainer_progress.append(self.log_dir, last)
+            self.kept = last
 
 
 def check(

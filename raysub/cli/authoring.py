@@ -315,6 +315,26 @@ def profile_keys(command: click.Command) -> dict[str, click.Parameter]:
     "Ray (TensorRT-LLM) does not take Slurm's step for an MPI launcher.",
 )
 @spec_option(
+    "--step-regex",
+    metavar="RE",
+    help="How the driver's log shows a training step, when it is none of the forms raysub reads "
+    "(docs/health.md): a regular expression with a group named 'step' (and optionally 'total'). Recorded "
+    "in LOG_DIR/step_sources.json, so raysub health, watch and report read the step with it unless given "
+    "their own.",
+)
+@spec_option(
+    "--tensorboard-dir",
+    metavar="DIR",
+    help="Where the trainer writes TensorBoard events (relative to this directory): recorded in LOG_DIR, so "
+    "raysub health and watch read the step from them when the trainer reports none (docs/health.md).",
+)
+@spec_option(
+    "--metrics-file",
+    metavar="FILE",
+    help="JSON-lines metrics the trainer writes, with a step key (global_step, num_updates, step, iteration, "
+    "training_iteration): recorded in LOG_DIR like --tensorboard-dir.",
+)
+@spec_option(
     "--monitor/--no-monitor",
     help="Record every node's GPU, CPU and memory into LOG_DIR/metrics.jsonl (see raysub monitor, report).",
 )

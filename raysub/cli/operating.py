@@ -327,7 +327,8 @@ def report(
     bring-up and the driver's events on the same time axis, then its GPU, memory and CPU over time and
     their min/mean/max.
 
-    The steps come from the driver's log, read as raysub health reads them; the bring-up and the events
+    The steps come from the trainer's own reports (raysub.trainer, docs/health.md) when it made any, else
+    from the driver's log, read as raysub health reads them; the bring-up and the events
     (driver starts, restarts, its end, ENDED and its cause) from LOG_DIR/timeline.jsonl; stretches of 30
     min or more without a new step are shaded. Where the log's step lines carry no time, the steps are
     drawn against its lines. The charts per node and GPU come from LOG_DIR/metrics.jsonl. The page needs

@@ -4,7 +4,6 @@ argument they share.
 Nothing here imports ray, nor any module that does: every command's --help must stay fast.
 """
 
-import re
 from collections.abc import Callable
 from dataclasses import fields
 from pathlib import Path
@@ -15,6 +14,7 @@ from click.shell_completion import CompletionItem
 
 from raysub import plan as planning
 from raysub.health.options import SLOW_STEP_FACTOR, SLOW_STEP_LIMIT_FACTOR, SLOW_STEP_LIMIT_FLOOR, Options
+from raysub.protocol.step_sources import step_regex_problem
 from raysub.spec import JobSpec
 from raysub.status import SLURM_MIN_INTERVAL
 
@@ -181,12 +181,8 @@ def step_regex(ctx: click.Context, param: click.Parameter, value: str | None) ->
     """--step-regex: a regular expression with a group named 'step'."""
     if value is None:
         return None
-    try:
-        groups = re.compile(value).groupindex
-    except re.error as error:
-        raise click.BadParameter(str(error)) from error
-    if "step" not in groups:
-        raise click.BadParameter("needs a group named 'step', such as (?P<step>\\d+)")
+    if (why := step_regex_problem(value)) is not None:
+        raise click.BadParameter(why)
     return value
 
 
@@ -237,6 +233,7 @@ def step_regex_option(func: F) -> F:
         metavar="RE",
         callback=step_regex,
         help="How the driver's log shows a training step: a regular expression with a group named "
-        "'step' (and optionally 'total'). Default: the forms verl, NeMo-RL, OpenRLHF, SkyRL, AReaL, "
-        "Megatron, HF, Lightning, DeepSpeed, torchtitan and Ray Train print (docs/health.md).",
+        "'step' (and optionally 'total'). Default: the one the job was rendered with (render "
+        "--step-regex), else the forms verl, NeMo-RL, OpenRLHF, SkyRL, AReaL, Megatron, HF, Lightning, "
+        "DeepSpeed, torchtitan and Ray Train print (docs/health.md).",
     )(func)

@@ -97,8 +97,12 @@ class Checkup:
     verdict: Verdict
     findings: list[Finding] = field(default_factory=list)
     step: int | None = None
-    # Where the step came from: "trainer (<who reported it>)" (raysub.trainer), or "driver log" (its text).
+    # Where the step came from: "trainer (<who reported it>)" (raysub.trainer), "tensorboard", "metrics
+    # file" or "driver log" (its text).
     step_source: str | None = None
+    # Why there is no step though the driver's text shows a count: it is an epoch's past the first, a bar
+    # that may have closed at the end, a bar that counts validation batches too.
+    step_unknown: str | None = None
     total_steps: int | None = None
     seconds_per_step: float | None = None
     throughput: Throughput | None = None
@@ -131,6 +135,8 @@ class Checkup:
             rate = f", {self.throughput}" if self.throughput else ""
             source = f" (from the {self.step_source})" if self.step_source != "driver log" else ""
             lines.append(f"step {self.step}{total}{took}{rate}{source}")
+        elif self.step_unknown:
+            lines.append(f"step unknown: {self.step_unknown}")
         if gpus := self.gpu_utilization:
             lines.append(
                 f"GPU utilisation: {gpus.average:g}% on average, {gpus.minimum:g}% on the least busy GPU"
@@ -373,7 +379,8 @@ def check(job: Job, slurm: SlurmState, options: Options, now: float | None = Non
     logs = job.logs
     state = state_name(slurm)
     findings = state_findings(state, slurm, logs)
-    seen, changed, source = StepSources(options).read(logs, now)
+    sources = StepSources(options)
+    seen, changed, source = sources.read(logs, now)
     stall = stall_finding(logs, seen, changed, options, now)
     snapshots = read_snapshots(logs.metrics) if logs.metrics.exists() else []
     idle = idle_finding(logs, snapshots, options, now)
@@ -398,6 +405,7 @@ def check(job: Job, slurm: SlurmState, options: Options, now: float | None = Non
         findings=findings,
         step=seen.step if seen else None,
         step_source=source,
+        step_unknown=None if seen else sources.unknown,
         total_steps=seen.total if seen else None,
         seconds_per_step=seen.seconds_per_step if seen else None,
         throughput=seen.throughput if seen else None,

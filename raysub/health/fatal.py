@@ -1,9 +1,20 @@
-"""Lines that say a run is failing or has failed: NCCL timeouts and errors, CUDA out of memory, Ray nodes
-and actors that died, and the exception that ends each Python traceback.
+"""Lines that say a run is failing or has failed: NCCL timeouts and errors, CUDA out of memory, Ray nodes,
+actors and workers that died, processes killed by a signal or crashed, and the exception that ends each
+Python traceback.
 
 Lines are read as :mod:`raysub.health.text` cleans them. The kinds below match lines that start without
-whitespace, so a traceback's frames and an exception message's indented continuation lines (Ray's
-``ActorDiedError`` spells out "The actor died because its node has died" there) do not count twice.
+whitespace, so a traceback's frames and an exception message's indented continuation lines do not count
+twice; the one exception is the signal line of torchrun's failure table (``  traceback : Signal 9
+(SIGKILL) received by PID 14750``), indented by torchrun itself. A kind is searched anywhere on its line,
+so a line a progress bar was glued to (tqdm ends no line: ``... 4/7 [00:37<00:28, 9.42s/it]ERROR:...
+failed (exitcode: -9)``) is found too.
+
+A node death is named only when Ray says a node died: the node "has been marked dead", a
+``NodeDiedError``, or an actor error whose message goes on to say "The actor died because its node has
+died". An actor that failed in its constructor, or a worker process that died, is an actor death.
+Launchers' exit codes count only when they name a signal (torchrun's negative ``exitcode``, its
+``Received 1 death signal``, Python's ``died with <Signals.SIGKILL: 9>``); a rank that mpiexec reports
+"died from signal 15" while a job is torn down is not a cause.
 
 A traceback (``Traceback (most recent call last):``) ends at the first line of its process that is
 not indented: its exception, e.g. ``ValueError: bad``. Ray's remote errors continue with the remote
@@ -17,7 +28,7 @@ reported as one of the kinds is not reported again as a traceback's end.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from raysub.health.text import Line, lines
 
@@ -25,6 +36,9 @@ NCCL_TIMEOUT = "nccl_timeout"
 NCCL_ERROR = "nccl_error"
 CUDA_OOM = "cuda_oom"
 NODE_DIED = "node_died"
+ACTOR_DIED = "actor_died"
+KILLED = "killed"  # by a signal, as a launcher reports it
+CRASH = "crash"  # a segmentation fault or another fatal error of the interpreter
 TRACEBACK = "traceback"
 
 # Tried in this order: a line is of the first kind that matches it.
@@ -40,12 +54,29 @@ KINDS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ),
     (
         NODE_DIED,
+        re.compile(r"has been marked dead|The actor died because its node has died|\bNodeDiedError\b"),
+    ),
+    (
+        ACTOR_DIED,
         re.compile(
-            r"has been marked dead|The actor died because its node has died|"
-            r"\b(?:ActorDiedError|RayActorError|NodeDiedError)\b"
+            r"\b(?:ActorDiedError|RayActorError)\b|A worker died or was killed while executing a task|"
+            r"^The actor died because of an error raised in its creation task"
         ),
     ),
+    (
+        KILLED,
+        re.compile(
+            r"\bfailed \(exitcode: -\d+\)|\bReceived \d+ death signal\b|\bdied with <Signals\.SIG\w+: \d+>"
+        ),
+    ),
+    (CRASH, re.compile(r"Fatal Python error: |\bSegmentation fault \(core dumped\)")),
+    # Ray's report of a task's error that nobody retrieved with ray.get: its remote frames follow.
+    (TRACEBACK, re.compile(r"^Unhandled error \(suppress with '?RAY_IGNORE_UNHANDLED_ERRORS")),
 )
+# torchrun's failure table indents its own lines: "  traceback : Signal 9 (SIGKILL) received by PID 1".
+_TABLE_SIGNAL = re.compile(r"^ +traceback +: Signal \d+ \(SIG\w+\) received by PID \d+")
+# An actor error's indented message that says the actor's node died (Ray's ActorDiedError).
+_ITS_NODE_DIED = re.compile(r"^\s+The actor died because its node has died")
 _TRACEBACK = "Traceback (most recent call last):"
 _CHAINED = (
     "During handling of the above exception, another exception occurred:",
@@ -64,8 +95,10 @@ class Fatal:
 
 def kind_of(message: str) -> str | None:
     """The kind of failure ``message`` (a cleaned line) reports, or None."""
-    if not message or message[0].isspace():
+    if not message:
         return None
+    if message[0].isspace():
+        return KILLED if _TABLE_SIGNAL.match(message) else None
     return next((kind for kind, pattern in KINDS if pattern.search(message)), None)
 
 
@@ -128,11 +161,18 @@ def fatal_lines(text: str) -> list[Fatal]:
     """The lines of ``text`` that report a failure, in order."""
     found: dict[int, Fatal] = {}
     tracebacks = _Tracebacks()
+    actor_errors: dict[str, int] = {}  # the latest actor error of each process, by its line number
     for line in lines(text):
         tracebacks.read(line)
         kind = kind_of(line.message)
         if kind is not None:
             found[line.number] = Fatal(kind, line.shown, line.number)
+            if kind == ACTOR_DIED:
+                actor_errors[line.source] = line.number
+        elif (number := actor_errors.get(line.source)) and _ITS_NODE_DIED.match(line.message):
+            found[number] = replace(found[number], kind=NODE_DIED)
+        elif line.message and not line.message[0].isspace():
+            actor_errors.pop(line.source, None)  # the actor error's message ended
     for source in list(tracebacks.open):
         tracebacks.close(source)
     for end in tracebacks.ends:

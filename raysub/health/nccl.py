@@ -17,8 +17,17 @@ The decision, on the lines :mod:`raysub.health.text` cleans:
    : No device found.`` with ``NET/Socket : Using [0]eth0:...`` means "Socket".
 
 ``NET/Socket : Using [0]ib0:...`` alone only lists the interfaces NCCL could fall back to; it appears on
-healthy IB runs and decides nothing. A log whose communicators all have one rank (``nranks 1``), or whose
-only socket is the loopback, moves nothing between nodes: it says no network.
+healthy IB runs and decides nothing. A network plugin that loads and then fails to initialise
+(aws-ofi-nccl's ``NET/OFI aws-ofi-nccl initialization failed`` and ``Initializing plugin failed``) is not
+used: its provider line decides nothing, and NCCL goes on with what it says next (its sockets, usually).
+
+A log of one host (its lines' ``host:pid:tid`` prefix names one) in a job of one node, whose communicators
+all span one node (``comm 0x... nRanks 4 nNodes 1 ...``, NCCL 2.19 and later), moves nothing between
+nodes, whatever network NCCL loaded: it is named :data:`NO_NETWORK` ("none"; its GPUs talk over NVLink,
+PCIe peer-to-peer or shared memory). In a job of several nodes, a node's communicators within itself (a
+tensor-parallel group) say nothing of the network its other communicators use. A log whose communicators
+all have one rank (``nranks 1``), or whose only socket is the loopback, says no network either way (None):
+nothing shows what the job would use between nodes.
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ from collections.abc import Iterable, Mapping
 from raysub.health.text import lines
 
 IB, ROCE, EFA, SOCKET = "IB", "RoCE", "EFA", "Socket"
+NO_NETWORK = "none"  # every communicator within one node
 FAST = (IB, ROCE, EFA)
 
 _USING = re.compile(r"NCCL INFO Using network (?P<name>\S.*)")  # cleaned lines end without blanks
@@ -42,6 +52,9 @@ _NRANKS = re.compile(r"\bnranks (?P<nranks>\d+)\b")
 _LOOPBACK = "lo"
 _PROVIDER = re.compile(r"NET/OFI Selected provider is (?P<provider>[\w;.-]+)", re.IGNORECASE)
 _TCP_PROVIDERS = ("tcp", "sockets", "udp")
+_NNODES = re.compile(r"\bnNodes (?P<nodes>\d+)\b")
+_HOST = re.compile(r"^(?P<host>[^\s:]+):\d+:\d+ \[\d+\]")  # NCCL's "host:pid:tid [device]"
+_PLUGIN_FAILED = re.compile(r"NET/\w+ .*(?:initialization failed|Initializing plugin failed)", re.IGNORECASE)
 
 
 class _Seen:
@@ -55,18 +68,24 @@ class _Seen:
         self.no_ib = False
         self.sockets: set[str] = set()  # the interfaces NET/Socket lists
         self.nranks: set[int] = set()
+        self.nodes: set[int] = set()  # the nNodes of each communicator
+        self.hosts: set[str] = set()
         for message in messages:
             self._read(message)
 
     def _read(self, message: str) -> None:
         if "NCCL" not in message and "NET/" not in message:
             return
+        if match := _HOST.match(message):
+            self.hosts.add(match["host"])
         if match := _USING.search(message):
             self.using = match["name"]
         elif _CHANNEL.search(message) and (match := _VIA_NET.search(message)):
             self.channel = match["name"].strip()
         elif match := _PROVIDER.search(message):
             self.provider = match["provider"].lower().split(";")[0]
+        elif _PLUGIN_FAILED.search(message):
+            self.provider = None  # loaded, then failed: not used
         elif _IB_DEVICES.search(message):
             self.ports |= {port["kind"] for port in _PORT.finditer(message)}
             self.no_ib |= _NO_IB in message
@@ -74,6 +93,8 @@ class _Seen:
             self.sockets.add(match["interface"])
         if match := _NRANKS.search(message):
             self.nranks.add(int(match["nranks"]))
+        if match := _NNODES.search(message):
+            self.nodes.add(int(match["nodes"]))
 
     def libfabric(self) -> str | None:
         if self.provider == "efa":
@@ -93,7 +114,9 @@ class _Seen:
             return SOCKET
         return None
 
-    def transport(self) -> str | None:
+    def transport(self, one_node_job: bool = True) -> str | None:
+        if self.nodes == {1} and one_node_job and len(self.hosts) == 1:
+            return NO_NETWORK
         if self.nranks == {1} or (self.sockets == {_LOOPBACK} and not self.ports):
             return None  # nothing goes between nodes
         name = self.using or self.channel
@@ -109,14 +132,19 @@ class _Seen:
 
 
 def nccl_transport(text: str) -> str | None:
-    """ "IB", "RoCE", "EFA" or "Socket" as NCCL's lines in ``text`` show it, or None when they show no
-    network (no NCCL lines, or a network this module does not classify)."""
+    """ "IB", "RoCE", "EFA" or "Socket" as NCCL's lines in ``text`` show it, "none" when every communicator
+    spans one node, or None when they show no network (no NCCL lines, or a network this module does not
+    classify)."""
     return _Seen(line.message for line in lines(text)).transport()
 
 
 def transports_by_node(texts: Mapping[str, str]) -> dict[str, str | None]:
-    """Each node's transport, from its log text."""
-    return {node: nccl_transport(text) for node, text in texts.items()}
+    """Each node's transport, from its log text (the texts of all the job's nodes)."""
+    one_node_job = len(texts) == 1
+    return {
+        node: _Seen(line.message for line in lines(text)).transport(one_node_job)
+        for node, text in texts.items()
+    }
 
 
 def _names(nodes: Iterable[str]) -> str:

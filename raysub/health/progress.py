@@ -42,6 +42,7 @@ from itertools import chain
 from typing import TypeVar
 
 from raysub.health.text import Line, lines
+from raysub.protocol.step_sources import step_regex_problem
 
 _T = TypeVar("_T")
 # Words that make a match no training progress when they stand on its line before the step number.
@@ -67,6 +68,9 @@ class StepPattern:
     example: str
     regex: re.Pattern[str]
     bare_bar: bool = False  # a tqdm bar without a description (HF Trainer)
+    # Where the counter may count the steps of one epoch: "line" (an epoch named before the step on the
+    # line, or in a bar's description or postfix), "keras" (the latest "Epoch k/E" line before it).
+    epochs: str = ""
 
 
 _DESCRIBED_BAR = re.compile(rf"^(?P<description>[^|]*?): +{_TQDM}")
@@ -81,7 +85,8 @@ _JSON = re.compile(
     r"""(?:^\s*|>> )\{.*?["'](?:train/)?(?:step|global_step|training_iteration)["']\s*:\s*(?P<step>\d+)"""
 )
 
-_VERL = re.compile(r"^step:(?P<step>\d+) - ")
+# verl's console logger; its SFT trainer glues the line behind its epoch bar ("...13.14s/it]step:105 - ").
+_VERL = re.compile(r"(?:^|(?<=\]))step:(?P<step>\d+) - ")
 _NEMO_RL = re.compile(r"^=+ Step (?P<step>\d+)/(?P<total>\d+) =+$")
 _AREAL = re.compile(r"\bTrain step (?P<step>\d+)/(?P<total>\d+) done\b")
 _MEGATRON = re.compile(r"\biteration +(?P<step>\d+)/ *(?P<total>\d+) \|")
@@ -104,6 +109,14 @@ _RAY_TRAIN = re.compile(r"\bTraining finished iteration (?P<step>\d+)\b")
 _RAY_TRAIN_V2 = re.compile(r"\bReporting training result (?P<step>\d+)\b")
 _RAY_TRAIN_TABLE = re.compile(r"^\W*training_iteration[ :]+(?P<step>\d+)\W*$")
 _GENERIC = re.compile(r"\bstep[ :#]*(?P<step>\d+) *(?:/|of) *(?P<total>\d+)\b", re.IGNORECASE)
+# An epoch (or an episode) a counter's line names before the counter: "Epoch 3/3:" and "Episode [1/30]"
+# count from 1 ("k of E"), "Epoch 1:" (Lightning) and "Train step of epoch 0" from 0; a bar's postfix
+# "epoch=2/250" from 1; MetricLogger's "Epoch: [2]" from 0 and mmcv's "Epoch [1][" from 1.
+_EPOCH = re.compile(r"\b(?:epoch|episode)\b\W{0,3}(?P<epoch>\d+)(?P<of>/\d+)?", re.IGNORECASE)
+_METRIC_LOGGER_EPOCH = re.compile(r"\bEpoch(?P<colon>:?) ?\[(?P<epoch>\d+)")
+_KERAS_EPOCH = re.compile(r"^Epoch (?P<epoch>\d+)/\d+$")
+# verl's trainer closes its "Training Progress" bar in the last step without the last update.
+_VERL_BAR = "Training Progress"
 _MEGATRON_LINE = (
     " [2025-01-20 10:11:12] iteration      120/    5000 | consumed samples:        15360 |"
     " elapsed time per iteration (ms): 1147.6 | throughput per GPU (TFLOP/s/GPU): 224.0 |"
@@ -149,9 +162,11 @@ DEFAULT_PATTERNS: tuple[StepPattern, ...] = (
     StepPattern("LitGPT", "Epoch 0 | iter  120 step  120 | loss train: 3.500 | iter time: 38.183 s (step)",
                 _LITGPT),
     StepPattern("TensorFlow (slim)", "INFO:tensorflow:global step 120: loss = 1.0720 (1.967 sec/step)", _TF),
-    StepPattern("Keras", "120/423 [=====>........................] - ETA: 2:10 - loss: 0.9081", _KERAS),
-    StepPattern("MetricLogger (DeiT, MAE, DINO, mmcv)", "Epoch: [2]  [120/1251]  eta: 0:19:01  lr: 0.000201"
-                "  loss: 6.8581 (6.8779)  time: 1.0508  data: 0.0011  max mem: 8249", _METRIC_LOGGER),
+    StepPattern("Keras", "120/423 [=====>........................] - ETA: 2:10 - loss: 0.9081", _KERAS,
+                epochs="keras"),
+    StepPattern("MetricLogger (DeiT, MAE, DINO, mmcv)", "Epoch: [0]  [120/1251]  eta: 0:19:01  lr: 0.000201"
+                "  loss: 6.8581 (6.8779)  time: 1.0508  data: 0.0011  max mem: 8249", _METRIC_LOGGER,
+                epochs="line"),
     StepPattern("DLLogger", "DLL 2022-04-05 02:27:41.304046 - Training Epoch: 1 Training Iteration: 120"
                 "  step_loss : 1.4575", _DLLOGGER),
     StepPattern("NeMo AutoModel", _AUTOMODEL_LINE, _AUTOMODEL),
@@ -163,17 +178,18 @@ DEFAULT_PATTERNS: tuple[StepPattern, ...] = (
     StepPattern("Ray Train, Tune (result table)", "│ training_iteration          12 │", _RAY_TRAIN_TABLE),
     StepPattern("JSON lines", '{"step": 12, "loss": 1.234, "lr": 2.9e-05}', _JSON),
     StepPattern("JSON lines (HF, Ray Train)", "{'global_step': 12, 'loss': 1.234}", _JSON),
-    StepPattern("verl (progress bar)", f"Training Progress:  {_BAR}", _DESCRIBED_BAR),
-    StepPattern("OpenRLHF (SFT, RM, DPO)", f"Train step of epoch 0:  {_BAR}", _DESCRIBED_BAR),
-    StepPattern("OpenRLHF (PPO)", f"Episode [1/1]:  {_BAR}", _DESCRIBED_BAR),
-    StepPattern("SkyRL", f"Training Batches Processed:  {_BAR}", _DESCRIBED_BAR),
+    StepPattern("verl (progress bar)", f"Training Progress:  {_BAR}", _DESCRIBED_BAR, epochs="line"),
+    StepPattern("OpenRLHF (SFT, RM, DPO)", f"Train step of epoch 0:  {_BAR}", _DESCRIBED_BAR, epochs="line"),
+    StepPattern("OpenRLHF (PPO)", f"Episode [1/1]:  {_BAR}", _DESCRIBED_BAR, epochs="line"),
+    StepPattern("SkyRL", f"Training Batches Processed:  {_BAR}", _DESCRIBED_BAR, epochs="line"),
     StepPattern("torchtune", f"1|120|Loss: 1.5955958366394043:  {_BAR}", _TORCHTUNE_BAR),
     StepPattern("PyTorch Lightning", "Epoch 0:  12%|█▏        | 120/1000 [00:10<01:20, 11.00it/s, v_num=0]",
-                _DESCRIBED_BAR),
-    StepPattern("PyTorch Lightning (iterable dataset)", "Epoch 1: |          | 43/? [00:26<00:00, 1.65it/s]",
-                _OPEN_BAR),
-    StepPattern("HF Trainer", " 12%|█▏        | 120/1000 [01:23<10:00,  1.45it/s]", _BARE_BAR, bare_bar=True),
-    StepPattern("other trainers", "Step 12/100 | loss 1.234", _GENERIC),
+                _DESCRIBED_BAR, epochs="line"),
+    StepPattern("PyTorch Lightning (iterable dataset)", "Epoch 0: |          | 43/? [00:26<00:00, 1.65it/s]",
+                _OPEN_BAR, epochs="line"),
+    StepPattern("HF Trainer", " 12%|█▏        | 120/1000 [01:23<10:00,  1.45it/s]", _BARE_BAR, bare_bar=True,
+                epochs="line"),
+    StepPattern("other trainers", "Step 12/100 | loss 1.234", _GENERIC, epochs="line"),
 )
 # fmt: on
 
@@ -185,8 +201,9 @@ _STEP_WORDS = ("step", "iter", "epoch", "%|", "/? [", "| loss", "perf ", "] - ",
 NEARBY = 64
 # HF Trainer's header before the bar of an evaluation or a prediction (after training, too).
 _HF_EVALUATION = re.compile(r"\*{5} Running (?:Evaluation|Prediction) \*{5}")
-# Lines that state the run's total steps without a step of their own (HF Trainer's header).
-_TOTAL_LINE = re.compile(r"\bTotal optimization steps = (?P<total>\d+)$")
+# Lines that state the run's total steps without a step of their own: HF Trainer's header, unsloth's
+# banner, verl's SFT trainer.
+_TOTAL_LINE = re.compile(r"\b(?:Total (?:optimization )?steps = |total number of steps )(?P<total>\d+)$")
 
 # How long a step took, as lines state it: (regex with a ``value`` group, seconds per unit of value;
 # a negative number means the value is a rate, that many steps per second per unit).
@@ -327,6 +344,7 @@ class _Match:
     timed: bool = True  # whether the line's times and rates are those of training steps
     framework: str = ""  # the pattern's that read it
     before: _Nearby = _NOTHING_NEARBY  # what the lines between the previous step line and this one state
+    not_a_step: str | None = None  # why the count is no step of the run (an epoch's count, an open end)
 
 
 def seconds_per_step(
@@ -374,19 +392,48 @@ def _match(line: Line, patterns: tuple[StepPattern, ...], guarded: bool) -> _Mat
             return None
         groups = found.groupdict()
         total = int(groups["total"]) if groups.get("total") else None
+        not_a_step = _epoch_count(pattern, found)
         if "times" not in groups or total is None:
-            return _Match(int(found["step"]), total, line, framework=pattern.framework)
+            return _Match(int(found["step"]), total, line, framework=pattern.framework, not_a_step=not_a_step)
         postfix = _POSTFIX_GLOBAL_STEP.search(groups["times"])
+        description = groups.get("description") or ""
+        if description == _VERL_BAR and int(found["step"]) == total - 1:
+            not_a_step = (
+                f"verl closes its bar in the last step without counting it: {found['step']}/{total} may "
+                "be the end"
+            )
         return _Match(
             int(found["step"]),
             total,
             line,
-            bar=(groups.get("description") or "", total),
+            bar=(description, total),
             global_step=int(postfix["step"]) if postfix else None,
             bare_bar=pattern.bare_bar,
             framework=pattern.framework,
+            not_a_step=not_a_step,
         )
     return None
+
+
+def _first_epoch(epoch: int, one_based: bool) -> bool:
+    return epoch == 0 or (epoch == 1 and one_based)
+
+
+def _epoch_count(pattern: StepPattern, found: re.Match[str]) -> str | None:
+    """Why ``found``'s count is an epoch's and not the run's, or None: a count inside an epoch is the
+    run's step only in the run's first epoch."""
+    if pattern.epochs != "line":
+        return None
+    groups = found.groupdict()
+    before = found.string[: found.start("step")]
+    named = _METRIC_LOGGER_EPOCH.search(before) if pattern.regex is _METRIC_LOGGER else None
+    if named is not None:
+        first = _first_epoch(int(named["epoch"]), one_based=not named["colon"])
+    elif epoch := _EPOCH.search(f"{groups.get('description') or before} {groups.get('times') or ''}"):
+        first = _first_epoch(int(epoch["epoch"]), one_based=bool(epoch["of"]))
+    else:
+        return None
+    return None if first else f"{found.group().strip()[:60]!r} counts the steps of one epoch, not of the run"
 
 
 class _Reading:
@@ -404,6 +451,7 @@ class _Reading:
         self.counts_validation: set[str] = set()  # bars that moved on while validating (Lightning 1.x)
         self.furthest: dict[tuple[str, int], int] = {}
         self.two_writers: set[tuple[str, int]] = set()
+        self.keras_epoch: int | None = None  # Keras's latest "Epoch k/E" line
 
     def read(self, line: Line) -> None:
         if _NCCL in line.message:
@@ -415,6 +463,8 @@ class _Reading:
         if match is None:
             if self.guarded and (stated := _TOTAL_LINE.search(line.message)):
                 self.total_line = int(stated["total"])
+            if self.guarded and (epoch := _KERAS_EPOCH.match(line.message)):
+                self.keras_epoch = int(epoch["epoch"])
             self.evaluating = self.evaluating or bool(_HF_EVALUATION.search(line.message))
             self.since.append(line.message)
             return
@@ -427,6 +477,11 @@ class _Reading:
                 return  # an evaluation bar
         if match.bar:
             self._follow_bar(match)
+        if match.framework == "Keras" and self.keras_epoch != 1:
+            # Keras counts the steps of each epoch ("Epoch k/E" before them): the run's only in the first.
+            match = replace(
+                match, not_a_step=f"Keras counts the steps of one epoch (epoch {self.keras_epoch or '?'})"
+            )
         self.matches.append(replace(match, before=_Nearby.of(self.since)))
         self.since.clear()
 
@@ -444,7 +499,7 @@ class _Reading:
 
     def _usable(self, match: _Match) -> _Match | None:
         """``match`` as a training step, or None when its count is no training step."""
-        if match.bar and match.bar[0] in self.counts_validation:
+        if (match.bar and match.bar[0] in self.counts_validation) or match.not_a_step:
             if match.global_step is None:
                 return None
             # The bar's times and rate are those of training and validation batches together.
@@ -452,7 +507,10 @@ class _Reading:
         return match
 
     def _total(self, last: _Match, usable: list[_Match]) -> int | None:
-        """``last``'s total, or else the latest earlier one at least as large (a bar's is its own)."""
+        """``last``'s total, or else the latest earlier one at least as large (a bar's is its own, unless
+        a line of its own states another: then neither is sure)."""
+        if last.bar and self.total_line is not None and last.total != self.total_line:
+            return None
         if last.total is not None or last.bar:
             return last.total
         earlier = [m.total for m in usable if m.total is not None and m.total >= last.step]
@@ -460,8 +518,25 @@ class _Reading:
             earlier.append(self.total_line)
         return earlier[-1] if earlier else None
 
+    def unknown(self) -> str | None:
+        """Why :meth:`latest` gives no step, when a line showed a count that is none: None otherwise."""
+        if not self.matches:
+            return None
+        final = self.matches[-1]
+        if final.not_a_step:
+            return final.not_a_step
+        if final.bar and final.bar[0] in self.counts_validation:
+            return f"the bar {final.bar[0]!r} counts validation batches too"
+        if final.bar in self.two_writers:
+            return f"two processes draw the bar {final.bar[0]!r} and the latest count is not the furthest"
+        return None
+
     def latest(self) -> Progress | None:
         usable = [m for m in map(self._usable, self.matches) if m is not None]
+        if self.matches and self._usable(self.matches[-1]) is None:
+            # The latest count is no step of the run: an earlier one of the same counter would be stale,
+            # while another counter (verl's step line behind its epoch bar) still says the run's step.
+            usable = [m for m in usable if m.framework != self.matches[-1].framework]
         if not usable:
             return None
         last = usable[-1]
@@ -563,13 +638,9 @@ def _between_stamps(matches: list[_Match]) -> float | None:
 
 def custom_pattern(step_regex: str) -> StepPattern:
     """A user's pattern: a regex with a named group ``step`` (and maybe ``total``); ValueError if not."""
-    try:
-        regex = re.compile(step_regex)
-    except re.error as error:
-        raise ValueError(f"not a regular expression: {step_regex!r}: {error}") from None
-    if "step" not in regex.groupindex:
-        raise ValueError(f"{step_regex!r} has no named group 'step', e.g. 'iter (?P<step>\\d+)'")
-    return StepPattern("--step-regex", "", regex)
+    if (why := step_regex_problem(step_regex)) is not None:
+        raise ValueError(why)
+    return StepPattern("--step-regex", "", re.compile(step_regex))
 
 
 def progress(text: str, step_regex: str | None = None) -> Progress | None:
@@ -580,6 +651,19 @@ def progress(text: str, step_regex: str | None = None) -> Progress | None:
     step's line, or else from the latest earlier line that showed a total at least as large.
     """
     return _read(text, step_regex).latest()
+
+
+def read_progress(text: str, step_regex: str | None = None) -> tuple[Progress | None, str | None]:
+    """:func:`progress`, and when it is None, why, if a line showed a count that is no step of the run:
+    a count inside an epoch past the first, a bar that may have closed, a bar counting validation too."""
+    reading = _read(text, step_regex)
+    found = reading.latest()
+    return found, None if found is not None else reading.unknown()
+
+
+def progress_unknown(text: str, step_regex: str | None = None) -> str | None:
+    """Why ``text`` gives no step though it shows a count (:func:`read_progress`), or None."""
+    return read_progress(text, step_regex)[1]
 
 
 def step_points(text: str, step_regex: str | None = None) -> list[StepPoint]:

@@ -1,6 +1,8 @@
-"""A job's driver runs as raysub report draws them: the training steps each run's log shows, read by
+"""A job's driver runs as raysub report draws them: the training steps of each run, as the trainer reported
+them (trainer_progress.jsonl, raysub.trainer) or else as its log shows them, read by
 :func:`raysub.health.progress.step_points` (the patterns raysub health reads the latest step with), put on
-the job's clock where the log's own timestamps allow it, and the stretches without a new step.
+the job's clock where the log's own timestamps allow it, and the stretches without a new step. The
+trainer's reports carry true epoch seconds: they are on the job's clock as they are.
 
 A log's timestamps rarely name their time zone: a node writes its local time, and
 :func:`~raysub.health.progress.step_points` reads it as UTC. The timeline's times are true epoch seconds,
@@ -17,7 +19,8 @@ from dataclasses import dataclass
 from itertools import pairwise
 
 from raysub import protocol
-from raysub.health.progress import StepPoint, step_points
+from raysub.health.progress import StepPoint, Throughput, step_points
+from raysub.protocol import trainer_progress
 from raysub.protocol.logdir import LogDir
 
 QUARTER_HOUR = 900.0
@@ -67,6 +70,7 @@ class JobRun:
     nodes: tuple[str, ...]
     drivers: tuple[DriverRun, ...]
     ended: str | None
+    step_source: str = "driver log"  # or "trainer (<who reported it>)"
 
     @property
     def on_the_clock(self) -> bool:
@@ -105,6 +109,7 @@ def read_job_run(logs: LogDir, step_regex: str | None = None) -> JobRun:
     events = tuple(logs.timeline())
     starts = [event.t for event in events if event.phase == protocol.PHASE_DRIVER_START][:1]
     starts += [event.t for event in events if event.phase == protocol.PHASE_DRIVER_RESTART]
+    reports = trainer_progress.history(logs.path)
     drivers = []
     for number, path in enumerate(logs.driver_logs()):
         try:
@@ -112,16 +117,35 @@ def read_job_run(logs: LogDir, step_regex: str | None = None) -> JobRun:
             written = path.stat().st_mtime
         except FileNotFoundError:
             continue
-        points = step_points(text, step_regex)
         started = starts[number] if number < len(starts) else None
+        lines = text.count("\n") + 1
+        if reports:
+            after = starts[number + 1] if number + 1 < len(starts) else math.inf
+            points = _reported(reports, started if number else None, after)
+            drivers.append(DriverRun(number, path.name, started, lines, tuple(points), 0.0))
+            continue
+        points = step_points(text, step_regex)
         earliest = events[0].t if number == 0 and events else started
         offset = _offset(points, earliest, written)
-        drivers.append(DriverRun(number, path.name, started, text.count("\n") + 1, tuple(points), offset))
+        drivers.append(DriverRun(number, path.name, started, lines, tuple(points), offset))
     nodes = [entry.node for entry in logs.node_map()]
     for event in events:  # a node the node map lacks (it was not written yet) but the timeline names
         if event.phase == protocol.PHASE_CANARY_OK and event.node not in nodes:
             nodes.append(event.node)
-    return JobRun(events, tuple(nodes), tuple(drivers), logs.ended_reason())
+    source = f"trainer ({reports[-1].source})" if reports else "driver log"
+    return JobRun(events, tuple(nodes), tuple(drivers), logs.ended_reason(), source)
+
+
+def _reported(reports: list[trainer_progress.Report], start: float | None, end: float) -> list[StepPoint]:
+    """The trainer's reports from ``start`` (None: any time) until ``end``, as step points (numbered by
+    their place in the history)."""
+    return [
+        StepPoint(
+            number, report.t, report.step, Throughput(*report.throughput) if report.throughput else None
+        )
+        for number, report in enumerate(reports, start=1)
+        if (start is None or report.t >= start) and report.t < end
+    ]
 
 
 def step_gaps(job: JobRun, longer_than: float) -> list[StepGap]:

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import BinaryIO
 
 from raysub.health.options import Options
-from raysub.health.progress import Progress, Throughput, progress
+from raysub.health.progress import Progress, Throughput, read_progress
 from raysub.health.structured import EventsTail, jsonl_step
-from raysub.protocol import trainer_progress
+from raysub.protocol import step_sources, trainer_progress
 from raysub.protocol.logdir import LogDir
 
 # Of what was written since the last read, only the newest READ_MAX bytes are read: the latest step is at
@@ -55,6 +55,7 @@ class DriverTail:
         self.carry = b""  # the line not ended yet at ``offset``
         self.mid_line = False  # what comes next starts inside a line whose start was left out
         self.latest: Progress | None = None
+        self.unknown: str | None = None  # why the latest count is no step of the run, when it is none
         self.grew: float | None = None  # when a read found the log had grown (the first read does not count)
 
     def read(self, logs: LogDir, now: float) -> tuple[Progress | None, float | None]:
@@ -82,6 +83,7 @@ class DriverTail:
             return False
         self.path, self.identity, self.offset = path, identity, 0
         self.carry, self.mid_line, self.latest, self.grew = b"", False, None, None
+        self.unknown = None
         return True
 
     def _read_new(self, log: BinaryIO, size: int) -> None:
@@ -117,9 +119,15 @@ class DriverTail:
 
     def _parse(self, chunk: bytes) -> None:
         anchor = self.latest.line if self.latest else ""
-        found = progress(anchor + "\n" + chunk.decode(errors="replace"), self.step_regex)
+        found, unknown = read_progress(anchor + "\n" + chunk.decode(errors="replace"), self.step_regex)
+        if unknown is not None:
+            # The newest count is no step of the run (an epoch's, past the first): the step read before
+            # it would be stale, and a stale step looks like a stall.
+            self.latest, self.unknown = None, unknown
+            return
         if found is None:
             return
+        self.unknown = None
         before = self.latest
         if found.total is None and before and before.total is not None and before.total >= found.step:
             found = dataclasses.replace(found, total=before.total)  # as progress() borrows one
@@ -150,13 +158,31 @@ class StepSources:
     per job: each source is read on from where it stopped."""
 
     def __init__(self, options: Options) -> None:
+        self.options = options
         self.tail = DriverTail(options.step_regex)
         self.events = EventsTail(options.tensorboard_dir) if options.tensorboard_dir else None
         self.metrics_file = options.metrics_file
+        self.recorded = False  # whether what the job was rendered with (step_sources.json) was read
+
+    def _fill_in(self, logs: LogDir) -> None:
+        """Each source the options do not name, as the job was rendered with it (render --step-regex,
+        --tensorboard-dir, --metrics-file)."""
+        recorded = step_sources.read(logs.path)
+        if recorded == step_sources.Recorded():
+            return  # maybe not written yet: looked for again next time
+        self.recorded = True
+        if self.options.step_regex is None and self.tail.step_regex is None:
+            self.tail.step_regex = recorded.step_regex
+        if self.events is None and recorded.tensorboard_dir is not None:
+            self.events = EventsTail(recorded.tensorboard_dir)
+        if self.metrics_file is None:
+            self.metrics_file = recorded.metrics_file
 
     def read(self, logs: LogDir, now: float) -> tuple[Progress | None, float | None, str | None]:
         """The latest step, when the driver's output last changed (a report or an event counts), and where
         the step came from: "trainer (<who>)", "tensorboard", "metrics file" or "driver log"."""
+        if not self.recorded:
+            self._fill_in(logs)
         seen, changed = self.tail.read(logs, now)
         report = trainer_progress.read(logs.path)
         if report is not None:
@@ -173,6 +199,12 @@ class StepSources:
                 source,
             )
         return seen, changed, "driver log" if seen else None
+
+    @property
+    def unknown(self) -> str | None:
+        """Why the driver's text gives no step though it shows a count (an epoch's, a bar's that may have
+        closed), or None."""
+        return self.tail.unknown
 
     def _structured(self) -> tuple[int, float, str] | None:
         if self.events is not None and (event := self.events.read()) is not None:

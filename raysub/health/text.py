@@ -24,14 +24,18 @@ from dataclasses import dataclass
 
 # CSI sequences (colours, cursor moves), OSC sequences (titles, links) and two-character escapes.
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
-# One prefix at the start of a line. Ray writes one space after its prefix; torchrun and mpirun none;
-# srun --label pads the task number on the left and writes one space after the colon.
+# One prefix at the start of a line, maybe after blanks (a launcher or a document that indents a whole
+# log). Ray writes one space after its prefix; PyTorch one after "[rank0]:" before a traceback's lines and
+# none before a warning's "[W326 ...]"; mpirun none; srun --label pads the task number on the left and
+# writes one space after the colon.
 _PREFIX = re.compile(
+    r"[ \t]*(?:"
     r"\((?:[^()\n]*\s)?pid=\d+(?:,[^()\n]*)?\) ?"  # Ray: (pid=1), (Name pid=1), (Name pid=1, ip=...)
     r"|\((?:raylet|gcs_server|autoscaler|monitor|dashboard\w*|log_monitor|runtime_env\w*)\b[^()\n]*\) ?"
-    r"|\[(?:rank|default)\d+\]:"  # torchrun
+    r"|\[(?:rank|default)\d+\]: ?"  # torchrun
     r"|\[\d+,(?:mpirank:)?\d+(?:,[^\]\n]*)?\]<std(?:out|err)>:"  # mpirun; SageMaker's adds a host
-    r"| *\d+: "  # srun --label
+    r"|\d+: "  # srun --label
+    r")"
 )
 _REPEATED = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
 

@@ -6,9 +6,10 @@ are the manifest's.
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from raysub.protocol import UnitKind, file_mode_for_logs
+from raysub.protocol import UnitKind, file_mode_for_logs, step_sources
 from raysub.spec import DEFAULT_FORWARD_SIGNAL, JobSpec, PortBlocks, runs_python_with_site
 
 
@@ -59,6 +60,15 @@ class JobView:
         if self.spec.head_gpus != self.spec.gpus_per_node:
             args.append(f"--head-gpus={self.spec.head_gpus}")
         return (*args, "--allreduce")
+
+    @property
+    def step_sources(self) -> str | None:
+        """LOG_DIR/step_sources.json's content (render --step-regex, --tensorboard-dir, --metrics-file), or
+        None when none was given."""
+        spec = self.spec
+        tensorboard_dir = Path(spec.tensorboard_dir) if spec.tensorboard_dir else None
+        metrics_file = Path(spec.metrics_file) if spec.metrics_file else None
+        return step_sources.Recorded(spec.step_regex, tensorboard_dir, metrics_file).text()
 
     @property
     def join_waves(self) -> int:

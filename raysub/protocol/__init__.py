@@ -113,6 +113,13 @@ HEALTH_PROGRESS = "health_progress.json"
 # The trainer's own word on its step (raysub.trainer; raysub/protocol/trainer_progress.py), which health and
 # watch prefer to the driver's text.
 TRAINER_PROGRESS = "trainer_progress.json"
+# Its history for raysub report's step chart: a report a line when the step changed, at most one line
+# every TRAINER_HISTORY_EVERY seconds (and the last step's: the total's, or at the trainer's exit).
+TRAINER_HISTORY = "trainer_progress.jsonl"
+TRAINER_HISTORY_EVERY = 10.0
+# Where the step can be read besides the trainer's report, as render was told (--step-regex,
+# --tensorboard-dir, --metrics-file): raysub/protocol/step_sources.py.
+STEP_SOURCES = "step_sources.json"
 PROGRESS_HISTORY = 64
 
 # For the driver (and the user's code): the newest complete checkpoint under --checkpoint-dir when the

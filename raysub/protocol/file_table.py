@@ -55,9 +55,11 @@ from raysub.protocol import (
     SRUN_LOG_PREFIX,
     STAGE_DIR,
     STARTED_RAY_HEAD,
+    STEP_SOURCES,
     TIMELINE,
     TIMELINE_LOCK,
     TOPOLOGY_DIR,
+    TRAINER_HISTORY,
     TRAINER_PROGRESS,
     WORKER_HOSTFILE,
     WORKER_LOG_PREFIX,
@@ -153,6 +155,22 @@ FILES = (
         "throughput it stated, and who reported it (`raysub/protocol/trainer_progress.py`)",
         _LOG_MODE_DOC,
         "`raysub health`, `watch`: the step, preferred to the driver's text",
+    ),
+    FileDoc(
+        (STEP_SOURCES,),
+        "batch script (`--step-regex`, `--tensorboard-dir`, `--metrics-file`)",
+        "where the step can be read besides the trainer's report: the driver log's step pattern, the "
+        "trainer's TensorBoard logdir, its JSON-lines metrics (`raysub/protocol/step_sources.py`)",
+        _LOG_MODE_DOC,
+        "`raysub health`, `watch` (all three), `report` (the pattern), unless given their own options",
+    ),
+    FileDoc(
+        (TRAINER_HISTORY,),
+        "the trainer, as it writes `trainer_progress.json`: a line when the step changed, at most one every "
+        "10 s, and the last step's",
+        "the same reports, one JSON object a line, oldest first",
+        _LOG_MODE_DOC,
+        "`raysub report`: the step chart, preferred to the driver's text",
     ),
     FileDoc(
         (WORKER_HOSTFILE,),

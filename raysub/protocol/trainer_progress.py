@@ -1,6 +1,7 @@
 """trainer_progress.json: the training step as the trainer itself says it (raysub.trainer, and the adapters in
 raysub.trainer_hooks), which raysub health, watch and report prefer to any reading of the driver's text.
-One JSON object, rewritten atomically (a reader sees one whole report or the one before):
+One JSON object, rewritten atomically (a reader sees one whole report or the one before), and its history,
+trainer_progress.jsonl, the same objects one a line, each appended in one write:
 
     {"t": <epoch s of this report>, "step": <int>, "since": <epoch s the step was first reported>,
      "total": <int or null>, "seconds_per_step": <float or null>,
@@ -73,6 +74,32 @@ def path(log_dir: Path) -> Path:
 def write(log_dir: Path, report: Report) -> None:
     """``report`` into LOG_DIR, atomically, with the logs' mode."""
     protocol.write_atomic(path(log_dir), json.dumps(report.record()) + "\n", protocol.log_file_mode(log_dir))
+
+
+def history_path(log_dir: Path) -> Path:
+    return log_dir / protocol.TRAINER_HISTORY
+
+
+def append(log_dir: Path, report: Report) -> None:
+    """``report`` at the end of the history, in one write (a reader never sees half a line of it)."""
+    with protocol.create(history_path(log_dir), protocol.log_file_mode(log_dir)) as out:
+        out.write(json.dumps(report.record()) + "\n")
+
+
+def history(log_dir: Path) -> list[Report]:
+    """The trainer's reports kept for the report's chart, oldest first (a line that is none is passed over);
+    none when it kept none."""
+    try:
+        text = history_path(log_dir).read_text(errors="replace")
+    except OSError:
+        return []
+    reports = []
+    for line in text.splitlines():
+        try:
+            reports.append(Report.from_record(json.loads(line)))
+        except (ValueError, TypeError, AttributeError):
+            continue
+    return reports
 
 
 def read(log_dir: Path) -> Report | None:

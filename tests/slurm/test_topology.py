@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from raysub import protocol
+from raysub.protocol import step_sources, trainer_progress
 from raysub.protocol.logdir import LogDir
 from tests.support.minicluster import MiniCluster
 from tests.support.prereq import REPO
@@ -96,8 +97,12 @@ TRAINER = textwrap.dedent(
         writer.add_scalar("train/loss", 1.0 / step, step)
     writer.close()
     print("Epoch 2/2 Step 3/4", flush=True)
+    print("run step 12 of 12", flush=True)  # a form only the job's own --step-regex reads
     """
 )
+
+
+STEP_REGEX = r"run step (?P<step>\d+) of (?P<total>\d+)"
 
 
 def topology_render(slurm_tmp: Path) -> list[str]:
@@ -156,6 +161,15 @@ def check_trainer(minicluster: MiniCluster, workdir: Path, job_id: int, logs: Lo
     logs.file(protocol.TRAINER_PROGRESS).unlink()
     checkup = json.loads(minicluster.run(*health, check=False).stdout)
     assert (checkup["step"], checkup["step_source"]) == (9, "tensorboard")
+    # Without either: the driver's text, read with the pattern the job was rendered with (LOG_DIR).
+    assert step_sources.read(logs.path).step_regex == STEP_REGEX
+    checkup = json.loads(minicluster.run("raysub", "health", "--json", str(logs.path), check=False).stdout)
+    assert (checkup["step"], checkup["total_steps"], checkup["step_source"]) == (12, 12, "driver log")
+    # The report draws the trainer's reports (its history), not the text's.
+    assert [report.step for report in trainer_progress.history(logs.path)][-1] == 6
+    page = workdir / "report.html"
+    minicluster.run("raysub", "report", "--output", str(page), str(logs.path))
+    assert "the step as the trainer (ray-train) reported it" in page.read_text()
 
 
 def test_topology_reaches_ray_and_the_trainers_own_step_reaches_health(
@@ -173,6 +187,8 @@ def test_topology_reaches_ray_and_the_trainers_own_step_reaches_health(
         "1",
         "--gpus-per-node",
         "0",
+        "--step-regex",
+        STEP_REGEX,
         "--",
         "python",
         str(script),

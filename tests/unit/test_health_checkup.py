@@ -518,4 +518,39 @@ def test_the_command_exits_with_the_verdict(
     monkeypatch.setattr("raysub.slurm.job_state", lambda job_id: SlurmState("PENDING", None, "test"))
     assert raysub_cli("health", "--json", str(job.logs.path)).code == 2
     bad = raysub_cli("health", "--step-regex", "step (\\d+)", str(job.logs.path))
-    assert bad.code == 2 and "needs a group named 'step'" in bad.stderr
+    assert bad.code == 2 and "has no group named 'step'" in bad.stderr
+
+
+def lightning_bar(epoch: int, step: int) -> str:
+    return f"Epoch {epoch}:  50%|█████     | {step}/500 [00:10<00:10,  2.00it/s, v_num=0]\n"
+
+
+def test_a_count_of_a_later_epoch_makes_the_step_unknown_not_stale(tmp_path: Path) -> None:
+    job = running_job(tmp_path, "".join(lightning_bar(0, step) for step in (498, 499, 500)))
+    tail = DriverTail()
+    tail.read(job.logs, NOW)
+    assert latest_step(tail) == 500
+    append(job, lightning_bar(1, 3), NOW + 5)
+    found, _ = tail.read(job.logs, NOW + 5)
+    # Not 500 (stale: a stall to the stall rule) and not 3 (epoch 1's count, not the run's).
+    assert found is None and tail.unknown is not None and "one epoch" in tail.unknown
+    checkup = check(job, RUNNING, Options(), now=NOW + 5)
+    assert checkup.step is None
+    assert json.loads(checkup.to_json())["step_unknown"] == tail.unknown
+    assert f"step unknown: {tail.unknown}" in checkup.describe()
+    append(job, lightning_bar(1, 4) + verl_step(504), NOW + 6)  # another counter: the run's step
+    tail.read(job.logs, NOW + 6)
+    assert latest_step(tail) == 504 and tail.unknown is None
+
+
+def test_the_step_pattern_the_job_was_rendered_with_is_read_from_log_dir(tmp_path: Path) -> None:
+    job = running_job(tmp_path, "it 6 done\nit 7 done\n")
+    assert check(job, RUNNING, Options(), now=NOW).step is None  # no default form reads it
+    job.logs.file(protocol.STEP_SOURCES).write_text(json.dumps({"step_regex": r"it (?P<step>\d+) done"}))
+    assert check(job, RUNNING, Options(), now=NOW).step == 7
+    # A command's own --step-regex wins over it.
+    assert check(job, RUNNING, Options(step_regex=r"it (?P<step>\d)"), now=NOW).step == 7
+    assert check(job, RUNNING, Options(step_regex=r"(?P<step>6) done"), now=NOW).step == 6
+    job.logs.file(protocol.STEP_SOURCES).write_text(json.dumps({"step_regex": r"it (\d+) done"}))  # no 'step'
+
+    assert check(job, RUNNING, Options(), now=NOW).step is None

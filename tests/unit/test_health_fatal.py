@@ -6,7 +6,18 @@ from pathlib import Path
 import pytest
 
 from raysub import health
-from raysub.health.fatal import CUDA_OOM, NCCL_ERROR, NCCL_TIMEOUT, NODE_DIED, TRACEBACK, Fatal, fatal_lines
+from raysub.health.fatal import (
+    ACTOR_DIED,
+    CRASH,
+    CUDA_OOM,
+    KILLED,
+    NCCL_ERROR,
+    NCCL_TIMEOUT,
+    NODE_DIED,
+    TRACEBACK,
+    Fatal,
+    fatal_lines,
+)
 
 LOGS = Path(__file__).parents[1] / "fixtures" / "logs"
 
@@ -55,10 +66,35 @@ NODE_DEAD = (
         ("torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB", CUDA_OOM),
         ("RuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 79.15 GiB total)", CUDA_OOM),
         (NODE_DEAD, NODE_DIED),
-        ("ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.", NODE_DIED),
+        (
+            "ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.",
+            ACTOR_DIED,
+        ),
         ("The actor died because its node has died. Node Id: 5ad7fa5dd64fc1fec7a82cceecabed8e5", NODE_DIED),
-        ("ray.exceptions.RayActorError: The actor died unexpectedly before finishing this task.", NODE_DIED),
+        ("ray.exceptions.RayActorError: The actor died unexpectedly before finishing this task.", ACTOR_DIED),
         ("ray.exceptions.NodeDiedError: Task failed because the node it ran on died.", NODE_DIED),
+        (
+            "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -9) local_rank: 0",
+            KILLED,
+        ),
+        (
+            "WARNING:torch.distributed.elastic.agent.server.api:Received 1 death signal, shutting down",
+            KILLED,
+        ),
+        (
+            "subprocess.CalledProcessError: Command '['python', 't.py']' died with <Signals.SIGKILL: 9>.",
+            KILLED,
+        ),
+        ("  traceback : Signal 9 (SIGKILL) received by PID 14750", KILLED),  # torchrun's table, indented
+        ("Fatal Python error: Segmentation fault", CRASH),
+        (
+            "/var/spool/slurmd/job12/slurm_script: line 9: 4711 Segmentation fault (core dumped) python t.py",
+            CRASH,
+        ),
+        (
+            "Unhandled error (suppress with 'RAY_IGNORE_UNHANDLED_ERRORS=1'): ray::W.f() (pid=1, ip=10.0.0.2",
+            TRACEBACK,
+        ),
     ],
 )
 def test_each_kind(line: str, kind: str) -> None:
@@ -72,6 +108,10 @@ def test_each_kind(line: str, kind: str) -> None:
         "    except torch.OutOfMemoryError:",  # code in a traceback frame, or any indented line
         "NCCL_DEBUG=INFO is set; NCCL version 2.21.5+cuda12.4",
         "Traceback (most recent call last):",  # cut off before its exception
+        "x4512c5s2b0n0: rank 11 died from signal 15",  # mpiexec tearing the other ranks down
+        # a rank that failed on its own error: its traceback says why
+        "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: 1) local_rank: 0",
+        "  exitcode  : -9 (pid: 14750)",  # the table's other line: its signal line is the one reported
         "",
     ],
 )
@@ -123,8 +163,32 @@ def test_interleaved_ranks_each_end_their_own_traceback() -> None:
 
 def test_ray_node_death_and_its_actor_error_once_each() -> None:
     found = fatal_lines((LOGS / "fatal_ray.log").read_text())
+    # The actor error is a node death because its message goes on to say so (line 11).
     assert [(f.kind, f.line_number) for f in found] == [(NODE_DIED, 1), (NODE_DIED, 8)]
     assert found[1].line.startswith("ray.exceptions.ActorDiedError: ")
+
+
+def test_an_actor_error_is_no_node_death_unless_ray_says_its_node_died() -> None:
+    text = (
+        "ray.exceptions.RayActorError: The actor died because of an error raised in its creation task\n"
+        '  File "w.py", line 3, in __init__\n'
+        "ValueError: no such model\n"
+        "    The actor died because its node has died.\n"  # another message's, after the error ended
+    )
+    assert kinds(text) == [(ACTOR_DIED, 1)]  # no "Traceback" header: ValueError ends no traceback
+
+
+def test_a_bar_glued_before_the_failure_and_blanks_before_a_rank_prefix() -> None:
+    text = (
+        "Loading checkpoint shards:  57% 4/7 [00:37<00:28,  9.42s/it]ERROR:torch.distributed.elastic."
+        "multiprocessing.api:failed (exitcode: -9) local_rank: 0 (pid: 8180) of binary: /usr/bin/python3\n"
+        "      [rank0]: Traceback (most recent call last):\n"
+        '      [rank0]:   File "train.py", line 5, in <module>\n'
+        "      [rank0]: AssertionError: Torch not compiled with CUDA enabled\n"
+    )
+    found = fatal_lines(text)
+    assert [(f.kind, f.line_number) for f in found] == [(KILLED, 1), (TRACEBACK, 4)]
+    assert found[1].line == "      [rank0]: AssertionError: Torch not compiled with CUDA enabled"
 
 
 def test_prefixes_ansi_and_carriage_returns() -> None:

@@ -6,7 +6,16 @@ from pathlib import Path
 import pytest
 
 from raysub import health
-from raysub.health.nccl import EFA, IB, ROCE, SOCKET, nccl_transport, transport_findings, transports_by_node
+from raysub.health.nccl import (
+    EFA,
+    IB,
+    NO_NETWORK,
+    ROCE,
+    SOCKET,
+    nccl_transport,
+    transport_findings,
+    transports_by_node,
+)
 
 LOGS = Path(__file__).parents[1] / "fixtures" / "logs"
 HOST = "gpu-a01:2231:2290 [0] "
@@ -140,3 +149,29 @@ def test_nothing_to_say(by_node: dict[str, str | None]) -> None:
 
 def test_the_package_re_exports_nccl_transport() -> None:
     assert health.nccl_transport is nccl_transport
+
+
+def test_a_plugin_that_loads_and_then_fails_is_not_the_network() -> None:
+    efa = "NET/OFI Selected provider is efa, fabric is efa-direct (found 4 nics)"
+    failed = (
+        "host:1:2 [0] nccl_net_ofi_create_plugin:335 NCCL WARN NET/OFI aws-ofi-nccl initialization failed"
+    )
+    lines = [f"host:1:2 [0] NCCL INFO {efa}", failed, "host:1:2 [0] NCCL INFO NET/IB : No device found."]
+    lines.append("host:1:2 [0] NCCL INFO NET/Socket : Using [0]eth0:10.0.0.2<0>")
+    assert nccl_transport("\n".join(lines)) == SOCKET
+    assert nccl_transport("\n".join(lines[:1])) == EFA
+
+
+def test_communicators_within_one_node_use_no_network() -> None:
+    one = "host:1:2 [0] NCCL INFO comm 0x55d7 rank 0 nRanks 4 nNodes 1 localRanks 4 localRank 0 MNNVL 0"
+    two = "host:1:2 [0] NCCL INFO comm 0x5244 rank 0 nRanks 2 nNodes 2 localRanks 1 localRank 0 MNNVL 0"
+    socket = "host:1:2 [0] NCCL INFO Using network Socket"
+    assert nccl_transport(f"{socket}\n{one}") == NO_NETWORK
+    assert nccl_transport(f"{socket}\n{one}\n{two}") == SOCKET  # a tensor-parallel group and a pipeline
+    assert nccl_transport(f"{socket}\n{one}\n{one.replace('host', 'other')}") == SOCKET  # two hosts
+    # In a job of two nodes, each node's tensor-parallel group says nothing of the network between them.
+    assert transports_by_node({"a": f"{socket}\n{one}", "b": f"{socket}\n{one}"}) == {
+        "a": SOCKET,
+        "b": SOCKET,
+    }
+    assert transports_by_node({"a": f"{socket}\n{one}"}) == {"a": NO_NETWORK}

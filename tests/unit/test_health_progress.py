@@ -16,6 +16,7 @@ from raysub.health.progress import (
     StepPattern,
     Throughput,
     progress,
+    progress_unknown,
     seconds_per_step,
     step_points,
 )
@@ -27,7 +28,8 @@ ESC = "\x1b"
 
 @pytest.mark.parametrize("pattern", DEFAULT_PATTERNS, ids=lambda p: p.framework)
 def test_each_default_patterns_example_is_read_by_that_pattern(pattern: StepPattern) -> None:
-    found = progress(pattern.example)
+    # Keras names its epoch on a line of its own, before the epoch's bar.
+    found = progress(("Epoch 1/3\n" if pattern.epochs == "keras" else "") + pattern.example)
     assert found is not None
     assert pattern.regex.search(clean(1, pattern.example).message)
     assert str(found.step) in pattern.example
@@ -231,8 +233,58 @@ def test_a_lightning_1x_epoch_bar_moving_while_validating_is_no_training_step() 
     assert (found.step, found.total, found.seconds_per_step) == (263, None, None)
     # Lightning 2.x: validation finishes before the epoch bar moves on.
     finished = "Validation DataLoader 0: 100%|██████████| 10/10 [00:05<00:00,  2.00it/s]"
-    found = progress("\n".join([bar("Epoch 2", 120, 130), finished, bar("Epoch 2", 121, 130)]))
+    found = progress("\n".join([bar("Epoch 0", 120, 130), finished, bar("Epoch 0", 121, 130)]))
     assert found is not None and (found.step, found.total) == (121, 130)
+
+
+@pytest.mark.parametrize(
+    ("text", "step"),
+    [
+        # Lightning numbers epochs from 0, and its bar counts the batches of one epoch.
+        (bar("Epoch 0", 120, 130), 120),
+        (f"{bar('Epoch 0', 130, 130)}\n{bar('Epoch 1', 12, 130)}", None),  # not 130, nor 12
+        (bar("Epoch 1", 12, 130, ", global_step=142.0"), 142),  # the bar's own global step is the run's
+        # "k/E" counts from 1 (verl's SFT bar, Keras, AReaL).
+        (bar("Epoch 1/3", 12, 35), 12),
+        (bar("Epoch 2/3", 12, 35), None),
+        ("Epoch 1/3\n35/35 [==============================] - 9s 257ms/step - loss: 0.5", 35),
+        ("Epoch 7/144\n10000/10000 [==============================] - 2301s 230ms/step - loss: 2.6", None),
+        ("10000/10000 [==============================] - 2301s 230ms/step - loss: 2.6", None),  # no epoch
+        # MetricLogger's "Epoch: [e]" counts from 0, mmcv's "Epoch [e][" from 1.
+        ("Epoch: [0]  [120/1251]  eta: 0:19:01  lr: 0.000201  time: 1.0508", 120),
+        ("Epoch: [1]  [120/1251]  eta: 0:19:01  lr: 0.000201  time: 1.0508", None),
+        ("Epoch: [0/100]  [120/1251]  eta: 0:19:01  lr: 0.000201  time: 1.0508", 120),  # DINO
+        ("Epoch [1][1750/14659]\tlr: 0.01000, eta: 1 day, 12:59:21, time: 0.769", 1750),
+        ("Epoch [2][1750/14659]\tlr: 0.01000, eta: 1 day, 12:59:21, time: 0.769", None),
+        # a bare bar (gluonts) whose postfix names the epoch
+        ("100%|██████████| 250/250 [00:16<00:00, 15.24it/s, epoch=2/250, avg_epoch_loss=20.7]", None),
+        # another counter on the line names the run's step: verl's SFT trainer
+        (f"{bar('Epoch 3/3', 34, 35)}step:105 - train/loss:0.06\n{bar('Epoch 3/3', 34, 35)}", 105),
+        ("epoch 2/5 step 3/12 loss 0.5", None),
+    ],
+)
+def test_a_count_inside_an_epoch_is_the_runs_step_only_in_the_first_epoch(
+    text: str, step: int | None
+) -> None:
+    found = progress(text)
+    assert (found and found.step) == step
+    if step is None:
+        assert "epoch" in (progress_unknown(text) or ""), progress_unknown(text)
+
+
+def test_verls_bar_one_short_of_its_total_may_be_closed_at_the_end() -> None:
+    text = "\n".join([bar("Training Progress", 58, 60), bar("Training Progress", 59, 60)])
+    assert progress(text) is None  # not 59, and not the stale 58
+    assert "verl closes its bar" in (progress_unknown(text) or "")
+    assert progress(bar("Training Progress", 58, 60)) is not None
+
+
+def test_a_bars_total_that_a_banner_contradicts_is_unknown() -> None:
+    banner = "\\        /    Total batch size = 8 | Total steps = 580"
+    found = progress(f"{banner}\n  0%|          | 0/2900 [00:00<?, ?it/s]")
+    assert found is not None and (found.step, found.total) == (0, None)
+    found = progress("  Total optimization steps = 2900\n  0%|          | 0/2900 [00:00<?, ?it/s]")
+    assert found is not None and found.total == 2900
 
 
 def test_two_writers_of_one_bar_give_no_answer_until_it_passes_the_furthest_count() -> None:

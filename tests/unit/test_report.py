@@ -30,12 +30,14 @@ from raysub.protocol import (
     PHASE_WORKER_JOINED,
     TIMELINE,
     TimelineEvent,
+    trainer_progress,
 )
 from raysub.protocol.logdir import LogDir, NodeEntry
 from raysub.protocol.metrics_log import Snapshot, read_snapshots, snapshot_line
 from raysub.protocol.readings import GIB, GpuMetrics, NodeMetrics, parse_node_metrics
 from raysub.report import BOTTOM, HEIGHT, LEFT, PALETTE, RIGHT, TOP, WIDTH, render_report
 from raysub.slurm import SlurmState
+from raysub.trainer import StepReporter
 from raysub.wandb_sink import WandbSink
 from tests.conftest import RunCli
 from tests.support.chromium import dump_dom, pixels_of, render_page
@@ -435,3 +437,24 @@ def test_chromium_draws_the_step_chart_of_raysub_report(raysub_cli: RunCli, tmp_
     assert pixels_of(chart, PALETTE[0]) > 40  # the steps' line
     assert pixels_of(chart, "#fde0dd") > 100_000  # the 40 min without a new step
     assert pixels_of(chart, "#d62728") > 50  # ENDED's mark
+
+
+def test_the_report_draws_the_step_the_trainer_reported_over_the_drivers_text(tmp_path: Path) -> None:
+    logs, points = titan_job(tmp_path)
+    start = (points[0].t or 0.0) + UTC_PLUS_2
+    clock = [start]
+    reporter = StepReporter("api", logs.path, clock=lambda: clock[0], write_every=0.0)
+    for step in range(1, 61):  # one report a second: the history keeps one every 10 s, and the last
+        clock[0] = start + step
+        reporter.report(step, total=60, throughput=3000.0 + step, unit="tokens/s")
+    reporter.flush()
+    kept = trainer_progress.history(logs.path)
+    assert [report.step for report in kept] == [1, 11, 21, 31, 41, 51, 60]
+    run = read_job_run(logs)
+    assert run.step_source == "trainer (api)" and run.on_the_clock
+    assert [point.step for point in run.drivers[0].points] == [1, 11, 21, 31, 41, 51, 60]
+    page = render_report("raysub job 4715", [], None, run)
+    assert "the step as the trainer (api) reported it" in page
+    [line] = re.findall(r'<polyline stroke="#1f77b4" points="([^"]*)"', svg_of(page, "steps"))
+    assert len(line.split()) == 7
+    assert "Throughput (tokens/s), as the trainer reported it" in page

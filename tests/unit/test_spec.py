@@ -4,6 +4,9 @@ of --auth and --sandbox-nodes defined once."""
 
 import dataclasses
 import math
+import shlex
+import subprocess
+from pathlib import Path
 from typing import get_args
 
 import click
@@ -14,7 +17,7 @@ from raysub.cli.authoring import render as render_command
 from raysub.job.manifest import program_args
 from raysub.job.render import render
 from raysub.job.view import JobView
-from raysub.protocol import AuthMode
+from raysub.protocol import AuthMode, step_sources
 from raysub.spec import (
     BOUNDS,
     DEFAULT_PORT_RANGE,
@@ -33,6 +36,7 @@ from raysub.spec import (
     SpecError,
     sandbox_from_options,
 )
+from tests.conftest import RunCli
 
 SPEC = JobSpec(nodes=3, command=("python", "train.py"))
 
@@ -371,3 +375,41 @@ def test_the_batch_script_waits_for_the_nodes_to_keep_their_ray_logs_before_slur
     assert keeping.leave_wait_s == timing.leave_s + math.ceil(timing.keep_ray_logs_s)
     assert JobView(dataclasses.replace(SPEC, keep_ray_logs=0)).leave_wait_s == timing.leave_s
     assert f"tenths = {keeping.leave_wait_s * 10};" in render(SPEC)
+
+
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [
+        ("it (\\d+)", "no group named 'step'"),
+        ("(", "not a regular expression"),
+        ("a\n(?P<step>1)", "one line"),
+    ],
+)
+def test_a_step_regex_must_read_a_step_on_one_line(value: str, says: str) -> None:
+    error = error_of(spec(step_regex=value))
+    assert error.option == "--step-regex" and says in error.message
+    spec(step_regex=r"iter (?P<step>\d+)/(?P<total>\d+)").check()
+
+
+def test_the_step_sources_are_recorded_in_log_dir_quoted(tmp_path: Path) -> None:
+    regex = r"it's step (?P<step>\d+) $HOME `x`"
+    script = render(spec(step_regex=regex, tensorboard_dir="/runs/7/tb"))
+    log_dir = tmp_path / "logs"
+    log_dir.mkdir()
+    recorded = 'publish "${LOG_DIR}/step_sources.json"'
+    [line] = [line for line in script.splitlines() if line.lstrip().startswith(recorded)]
+    publish = 'publish() { printf \'%s\\n\' "$2" >"$1"; }'  # lib.sh's, without its temporary file
+    subprocess.run(["bash", "-c", f"{publish}\n{line.strip()}"], env={"LOG_DIR": str(log_dir)}, check=True)
+    assert step_sources.read(log_dir) == step_sources.Recorded(regex, Path("/runs/7/tb"), None)
+    assert recorded not in render(spec())
+    assert error_of(spec(metrics_file="runs/m.jsonl")).option == "--metrics-file"  # the library's: absolute
+
+
+def test_render_records_the_step_sources_as_absolute_paths(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, raysub_cli: RunCli
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = raysub_cli("render", "--nodes", "1", "--tensorboard-dir", "tb", "--", "python", "t.py")
+    assert result.code == 0, result.stderr
+    recorded = step_sources.Recorded(None, tmp_path / "tb", None).text()
+    assert f'publish "${{LOG_DIR}}/step_sources.json" {shlex.quote(str(recorded))}' in result.stdout

@@ -5,6 +5,7 @@ health reads its sources (raysub.health.stall.StepSources)."""
 import json
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ from raysub.health.options import Options
 from raysub.health.stall import StepSources
 from raysub.health.structured import EventsTail, event_step, jsonl_step
 from raysub.jobs import Job
-from raysub.protocol import trainer_progress
+from raysub.protocol import step_sources, trainer_progress
 from raysub.protocol.logdir import LogDir
 
 tensorboardX = pytest.importorskip(
@@ -129,3 +130,22 @@ def test_watchs_stall_rule_goes_by_tensorboards_step(tmp_path: Path) -> None:
     assert check(job, now=now) is None
     finding = check(job, now=now + 3600)
     assert finding is not None and "after step 40" in finding.reason
+
+
+def test_the_sources_the_job_was_rendered_with_are_read_from_log_dir(tmp_path: Path) -> None:
+    logs = log_dir(tmp_path)
+    (tmp_path / "m.jsonl").write_text('{"iteration": 9}\n')
+    write_scalars(tmp_path / "tb", range(20, 21))
+    recorded = step_sources.Recorded(None, tmp_path / "tb", tmp_path / "m.jsonl")
+    sources = StepSources(Options())
+    assert sources.read(logs, 100.0)[2] == "driver log"  # not written yet: looked for again
+    logs.file(protocol.STEP_SOURCES).write_text(str(recorded.text()))
+    seen, _, source = sources.read(logs, 100.0)
+    assert (seen.step if seen else None, source) == (20, "tensorboard")
+    logs.file(protocol.STEP_SOURCES).write_text(str(replace(recorded, tensorboard_dir=None).text()))
+    seen, _, source = StepSources(Options()).read(logs, 100.0)
+    assert (seen.step if seen else None, source) == (9, "metrics file")
+    # A command's own option wins over the recorded one.
+    write_scalars(tmp_path / "own", range(30, 31))
+    seen, _, source = StepSources(Options(tensorboard_dir=tmp_path / "own")).read(logs, 100.0)
+    assert (seen.step if seen else None, source) == (30, "tensorboard")

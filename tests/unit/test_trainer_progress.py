@@ -162,3 +162,24 @@ def test_report_step_in_a_job_writes_and_its_last_report_is_flushed_at_exit(tmp_
     subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=60)
     report = trainer_progress.read(logs.path)
     assert report is not None and (report.step, report.total, report.source) == (2, 9, "api")
+
+
+def test_the_history_keeps_a_step_every_ten_seconds_and_the_last_one(tmp_path: Path) -> None:
+    logs = log_dir(tmp_path)
+    clock = Clock()
+    reporter = StepReporter(log_dir=logs.path, clock=clock, write_every=0.0)
+    for step in range(1, 26):
+        clock.now += 1.0
+        reporter.report(step)
+    assert [report.step for report in trainer_progress.history(logs.path)] == [1, 11, 21]
+    reporter.flush()  # the exit: the last step is kept
+    assert [report.step for report in trainer_progress.history(logs.path)] == [1, 11, 21, 25]
+    reporter.flush()
+    assert len(trainer_progress.history(logs.path)) == 4  # not twice
+    # The total's step is kept at once: an actor's reporter (Ray Train's controller) may never exit.
+    reporter.report(30, total=30)
+    assert trainer_progress.history(logs.path)[-1].step == 30
+    assert (trainer_progress.history_path(logs.path).stat().st_mode & 0o777) == 0o640
+    with trainer_progress.history_path(logs.path).open("a") as history:
+        history.write('{"t": 1, "step": "x"}\nnot json\n')  # passed over
+    assert len(trainer_progress.history(logs.path)) == 5
