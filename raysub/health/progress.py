@@ -479,9 +479,8 @@ class _Reading:
             self._follow_bar(match)
         if match.framework == "Keras" and self.keras_epoch != 1:
             # Keras counts the steps of each epoch ("Epoch k/E" before them): the run's only in the first.
-            match = replace(
-                match, not_a_step=f"Keras counts the steps of one epoch (epoch {self.keras_epoch or '?'})"
-            )
+            shown = f"epoch {self.keras_epoch}" if self.keras_epoch else "its epoch not shown"
+            match = replace(match, not_a_step=f"Keras counts the steps of one epoch ({shown})")
         self.matches.append(replace(match, before=_Nearby.of(self.since)))
         self.since.clear()
 
@@ -533,7 +532,7 @@ class _Reading:
 
     def latest(self) -> Progress | None:
         usable = [m for m in map(self._usable, self.matches) if m is not None]
-        if self.matches and self._usable(self.matches[-1]) is None:
+        if self.matches and (not usable or usable[-1].line is not self.matches[-1].line):
             # The latest count is no step of the run: an earlier one of the same counter would be stale,
             # while another counter (verl's step line behind its epoch bar) still says the run's step.
             usable = [m for m in usable if m.framework != self.matches[-1].framework]
