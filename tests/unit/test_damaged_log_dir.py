@@ -35,6 +35,9 @@ FILES = [
     protocol.WORKER_UNITS,
     protocol.JOINED_NODES,
     protocol.ATTACH_ENV,
+    protocol.TRAINER_PROGRESS,
+    protocol.TRAINER_HISTORY,
+    protocol.STEP_SOURCES,
     protocol.worker_log_name(0, 1),
 ]
 JSON = st.recursive(
@@ -43,9 +46,17 @@ JSON = st.recursive(
     max_leaves=8,
 )
 # A line of the shape raysub's JSON files have, with any value in each field.
+KEYS = ["t", "phase", "node", "detail", "nodes", "failed", "check", "ok", "url", "step", "since", "total"]
+KEYS += [
+    "throughput",
+    "source",
+    "step_regex",
+    "tensorboard_dir",
+    "metrics_file",
+]  # the trainer's, step_sources
 RECORD = st.fixed_dictionaries(
     {},
-    optional={key: JSON for key in ("t", "phase", "node", "detail", "nodes", "failed", "check", "ok", "url")},
+    optional=dict.fromkeys(KEYS, JSON),
 )
 LINES = st.lists(RECORD.map(json.dumps).map(str.encode), max_size=4).map(b"\n".join)
 CONTENT = st.one_of(st.binary(max_size=200), LINES, st.binary(max_size=40).map(lambda b: b"step 1 " + b))
