@@ -1,6 +1,7 @@
 """Shared fixtures; the ``slurm`` marker brings one minicluster up for the whole session."""
 
 import subprocess
+import threading
 import venv
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -15,10 +16,11 @@ from tests.support.prereq import REPO, need
 
 
 @pytest.fixture(scope="session")
-def minicluster() -> Iterator[MiniCluster]:
+def minicluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MiniCluster]:
     reason = unavailable_reason()
     need(reason is None, reason or "")
     workers.prefer_minicluster()
+    PINNED.start(tmp_path_factory)  # test_pinned_ray's venv, installed while the tests before it run
     cluster = MiniCluster(REPO / ".minicluster", nodes=4)
     cluster.up()
     try:
@@ -32,20 +34,57 @@ def minicluster() -> Iterator[MiniCluster]:
 PINNED_RAY = "ray[default]==2.49.2"
 
 
+class PinnedRay:
+    """The venv with PINNED_RAY, built once per session in a thread: the minicluster's worker starts it as
+    the minicluster comes up, so that its install (a minute of download and unpacking, at nice 10 behind
+    the minicluster's jobs) overlaps the real-Slurm tests that run before the ones that need it."""
+
+    def __init__(self) -> None:
+        self.thread: threading.Thread | None = None
+        self.env_dir = Path()
+        self.error: BaseException | None = None
+
+    def start(self, tmp_path_factory: pytest.TempPathFactory) -> None:
+        if self.thread is not None:
+            return
+        base = tmp_path_factory.mktemp("pinned-ray")
+        base.chmod(0o755)  # readable by the minicluster's jobs
+        self.env_dir = base / "venv"
+        self.thread = threading.Thread(target=self._build, name="pinned-ray", daemon=True)
+        self.thread.start()
+
+    def _build(self) -> None:
+        try:
+            venv.create(self.env_dir, with_pip=True)
+            pip = [
+                str(self.env_dir / "bin" / "pip"),
+                "install",
+                "-q",
+                "--disable-pip-version-check",
+                PINNED_RAY,
+            ]
+            subprocess.run(
+                ["nice", "-n", "10", *pip], check=True, capture_output=True, stdin=subprocess.DEVNULL
+            )
+        except BaseException as error:  # raised again in the test that waits for it
+            self.error = error
+
+    def wait(self) -> Path:
+        assert self.thread is not None
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+        return self.env_dir
+
+
+PINNED = PinnedRay()
+
+
 @pytest.fixture(scope="session")
 def pinned_ray_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A venv with PINNED_RAY in it, readable by the minicluster's jobs (a minute or two to install)."""
-    base = tmp_path_factory.mktemp("pinned-ray")
-    base.chmod(0o755)
-    env_dir = base / "venv"
-    venv.create(env_dir, with_pip=True)
-    subprocess.run(
-        [env_dir / "bin" / "pip", "install", "-q", "--disable-pip-version-check", PINNED_RAY],
-        check=True,
-        capture_output=True,
-        stdin=subprocess.DEVNULL,
-    )
-    return env_dir
+    PINNED.start(tmp_path_factory)
+    return PINNED.wait()
 
 
 @pytest.fixture
