@@ -660,11 +660,6 @@ def read_progress(text: str, step_regex: str | None = None) -> tuple[Progress | 
     return found, None if found is not None else reading.unknown()
 
 
-def progress_unknown(text: str, step_regex: str | None = None) -> str | None:
-    """Why ``text`` gives no step though it shows a count (:func:`read_progress`), or None."""
-    return read_progress(text, step_regex)[1]
-
-
 def step_points(text: str, step_regex: str | None = None) -> list[StepPoint]:
     """Every training step ``text`` shows, in order, read as :func:`progress` reads the latest one (the
     same patterns, ``step_regex`` the same way): what raysub report draws a run's steps and throughput

@@ -26,7 +26,7 @@ def step_regex_problem(value: str) -> str | None:
         return f"{value!r} is more than one line"
     try:
         groups = re.compile(value).groupindex
-    except re.error as error:
+    except (re.error, OverflowError, RecursionError) as error:  # a{99999999999}: an OverflowError
         return f"'{value}' is not a regular expression: {error}"
     if "step" not in groups:
         return f"'{value}' has no group named 'step', such as 'iter (?P<step>\\d+)'"
@@ -56,8 +56,8 @@ def path(log_dir: Path) -> Path:
 
 
 def read(log_dir: Path) -> Recorded:
-    """What the job was rendered with; a value that is none (a pattern without 'step', a relative path) is
-    passed over, and a job rendered without any has none."""
+    """What the job was rendered with; a value that is none (a pattern without 'step', a relative path, a
+    path with a NUL byte) is passed over, and a job rendered without any has none."""
     try:
         record = json.loads(path(log_dir).read_text(errors="replace"))
     except (OSError, ValueError):
@@ -67,7 +67,9 @@ def read(log_dir: Path) -> Recorded:
 
     def absolute(key: str) -> Path | None:
         value = record.get(key)
-        return Path(value) if isinstance(value, str) and Path(value).is_absolute() else None
+        if not isinstance(value, str) or not value.startswith("/") or "\0" in value:  # NUL: no path
+            return None
+        return Path(value)
 
     regex = record.get("step_regex")
     usable = isinstance(regex, str) and step_regex_problem(regex) is None

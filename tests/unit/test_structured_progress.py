@@ -149,3 +149,15 @@ def test_the_sources_the_job_was_rendered_with_are_read_from_log_dir(tmp_path: P
     write_scalars(tmp_path / "own", range(30, 31))
     seen, _, source = StepSources(Options(tensorboard_dir=tmp_path / "own")).read(logs, 100.0)
     assert (seen.step if seen else None, source) == (30, "tensorboard")
+
+
+def test_recorded_sources_that_are_none_are_passed_over(tmp_path: Path) -> None:
+    logs = log_dir(tmp_path)
+    record = {
+        "step_regex": "(?P<step>a{99999999999})",
+        "tensorboard_dir": "/tb\0x",
+        "metrics_file": "m.jsonl",
+    }
+    logs.file(protocol.STEP_SOURCES).write_text(json.dumps(record))
+    assert step_sources.read(logs.path) == step_sources.Recorded()
+    assert StepSources(Options()).read(logs, 100.0)[2] == "driver log"
