@@ -42,13 +42,12 @@ wait_node() {
 
 @test "worker waits for STARTED_RAY_HEAD that appears late, then joins that address" {
   start_node "$P_WORKER_SCRIPT"
-  sleep 0.6
-  assert_equal "$(cat "$FAKE_RAY_LOG")" ""
   # Ray's command line is already loaded (raysub/job/programs/join.py), waiting for the address.
-  run pgrep -f -- "join.py --address-file=/tmp/rb${SLURM_JOB_ID}/nodeA/${P_LOCAL_HEAD_ADDRESS}"
+  run wait_for 20 pgrep -f -- "join.py --address-file=/tmp/rb${SLURM_JOB_ID}/nodeA/${P_LOCAL_HEAD_ADDRESS}"
   assert_success
+  assert_equal "$(cat "$FAKE_RAY_LOG")" ""
   printf '127.0.0.1:7379\n' >"${LOG_DIR}/${P_STARTED_RAY_HEAD}"
-  wait_file "${FAKE_RAY_LOG}.pids" 5
+  wait_file "${FAKE_RAY_LOG}.pids" 20
   run cat "$FAKE_RAY_LOG"
   # The joiner's command line (the address first), not the worker script's own 'ray start --block ...'.
   assert_output --partial "start --address=127.0.0.1:7379 --block "
@@ -350,8 +349,9 @@ assert_block_taken_twice() {
   start_node "$P_HEAD_SCRIPT"
   wait_file "$before"
   wait_file "${LOG_DIR}/${P_DRIVER_PID}"
-  sleep 0.5
   # The driver connected, and is held there: one node of three is in Ray.
+  run wait_for 20 grep -qx "ray.init connected" "${LOG_DIR}/${P_DRIVER_LOG}"
+  assert_success
   assert_equal "$(cat "${LOG_DIR}/${P_DRIVER_LOG}")" "ray.init connected"
   assert [ ! -e "${LOG_DIR}/${P_DRIVER_STARTED}" ]
   touch "${nodes}/nodeB" "${nodes}/nodeC"
@@ -438,7 +438,7 @@ assert_block_taken_twice() {
 @test "a process the job left behind (setsid) is stopped when the node leaves; TERM after ENDED exits 0" {
   printf '127.0.0.1:7379\n' >"${LOG_DIR}/${P_STARTED_RAY_HEAD}"
   start_node "$P_WORKER_SCRIPT"
-  wait_file "${FAKE_RAY_LOG}.pids" 5
+  wait_file "${FAKE_RAY_LOG}.pids" 20
   local ray_pid mark state
   ray_pid=$(head -n 1 "${FAKE_RAY_LOG}.pids")
   mark=$(tr '\0' '\n' <"/proc/${ray_pid}/environ" | grep "^${P_ENV_MARK}=")
@@ -518,7 +518,7 @@ batch_script_ends_job() {
   printf '127.0.0.1:7379\n' >"${LOG_DIR}/${P_STARTED_RAY_HEAD}"
   printf '127.0.0.1:7379\n' >"${LOG_DIR}/${P_DRIVER_STARTED}"
   start_node "$P_WORKER_SCRIPT"
-  wait_file "${FAKE_RAY_LOG}.pids" 5
+  wait_file "${FAKE_RAY_LOG}.pids" 20
   kill -TERM "$(head -n 1 "${FAKE_RAY_LOG}.pids")"
   sleep 0.5
   batch_script_ends_job
@@ -548,7 +548,7 @@ batch_script_ends_job() {
   listening_head
   cp -- "${LOG_DIR}/${P_STARTED_RAY_HEAD}" "${LOG_DIR}/${P_DRIVER_STARTED}"
   start_node "$P_WORKER_SCRIPT"
-  wait_file "${FAKE_RAY_LOG}.pids" 5
+  wait_file "${FAKE_RAY_LOG}.pids" 20
   kill -TERM "$(head -n 1 "${FAKE_RAY_LOG}.pids")"
   wait_node
   assert_failure 1
@@ -577,7 +577,7 @@ batch_script_ends_job() {
   printf '10.6.6.6:7379\n' >"${planted}/nodeA/${P_LOCAL_HEAD_ADDRESS}"
   printf '127.0.0.1:7379\n' >"${LOG_DIR}/${P_STARTED_RAY_HEAD}"
   start_node "$P_WORKER_SCRIPT"
-  wait_file "${FAKE_RAY_LOG}.pids" 5
+  wait_file "${FAKE_RAY_LOG}.pids" 20
   run cat "$FAKE_RAY_LOG"
   assert_output --partial "start --address=127.0.0.1:7379 "
   refute_output --partial "10.6.6.6"
@@ -826,7 +826,7 @@ time.sleep(60)' ${marker}"
   assert_equal "$(cat "$FAKE_RAY_LOG")" ""
   printf '64\n' >"${LOG_DIR}/${P_WORKER_UNITS}.tmp"
   mv -f "${LOG_DIR}/${P_WORKER_UNITS}.tmp" "${LOG_DIR}/${P_WORKER_UNITS}"
-  wait_file "${FAKE_RAY_LOG}.pids" 5
+  wait_file "${FAKE_RAY_LOG}.pids" 20
   run cat "$FAKE_RAY_LOG"
   assert_output --partial "start --address=127.0.0.1:7379 --block "
   run cat "$node_log"
@@ -851,7 +851,7 @@ time.sleep(60)' ${marker}"
   export SLURM_PROCID=290
   printf '127.0.0.1:7379\n' >"${LOG_DIR}/${P_STARTED_RAY_HEAD}"
   start_node "$P_WORKER_SCRIPT"
-  wait_file "${FAKE_RAY_LOG}.pids" 5
+  wait_file "${FAKE_RAY_LOG}.pids" 20
   run cat "$node_log"
   refute_output --partial "wave"
 }

@@ -43,12 +43,19 @@ PY
   [[ -d ${LOG_DIR}/${P_STAGE_DIR} ]] || mkdir -m 0700 "${LOG_DIR}/${P_STAGE_DIR}"
 }
 
-# Waits up to $2 seconds (default 10) for file $1 to exist.
-wait_file() {
-  local file=$1 tenths=$((${2:-10} * 10))
-  while ((tenths-- > 0)); do
-    [[ -e $file ]] && return 0
+# Runs the command "${@:2}" every 0.1 s until it succeeds, for up to $1 seconds; fails if it never
+# does. Tests wait for what they look for this way, never for a fixed time: a loaded CI machine may
+# take seconds for what takes a tenth of one here.
+wait_for() {
+  local tenths=$(($1 * 10))
+  shift
+  until "$@"; do
+    ((tenths-- > 0)) || return 1
     sleep 0.1
   done
-  return 1
+}
+
+# Waits up to $2 seconds (default 10) for file $1 to exist.
+wait_file() {
+  wait_for "${2:-10}" test -e "$1"
 }
