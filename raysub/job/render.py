@@ -1,8 +1,10 @@
 """Turn a JobSpec into the self-contained sbatch script, from the Jinja templates in raysub/job/templates/."""
 
 import ast
+import io
 import re
 import shlex
+import tokenize
 from dataclasses import dataclass
 from functools import cache, partial
 from pathlib import Path
@@ -163,6 +165,45 @@ def node_library(spec: JobSpec | None = None) -> list[tuple[str, Path]]:
     return shipped
 
 
+def _docstring_lines(tree: ast.Module) -> set[int]:
+    """The lines of each function's and class's docstring that hold nothing else, but where it is the whole
+    body (a body must hold a statement)."""
+    lines: set[int] = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) or len(node.body) < 2:
+            continue
+        first, end = node.body[0], node.body[0].end_lineno or node.body[0].lineno
+        if ast.get_docstring(node, clean=False) is not None and node.body[1].lineno > end:
+            lines.update(range(first.lineno, end + 1))
+    return lines
+
+
+# Tokens that do not make a line code: a line with only these is blank or a comment.
+_NOT_CODE = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT}
+
+
+def code_lines(source: str) -> str:
+    """``source`` without the lines that hold only a comment or nothing (a line inside a string stays) and
+    without the docstrings of functions and classes: the same program, its module docstring (a program's
+    --help) kept."""
+    code: set[int] = set()
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type not in _NOT_CODE:
+            code.update(range(token.start[0], token.end[0] + 1))
+    code -= _docstring_lines(ast.parse(source))
+    return "".join(line for number, line in enumerate(source.splitlines(keepends=True), 1) if number in code)
+
+
+def shipped_text(module: Path) -> str:
+    """A raysub module as a job ships it: its code_lines, after a line naming the source that has the rest. A
+    job script is read for its bash; comments, blank lines and docstrings were half of its Python."""
+    where = module.relative_to(Path(__file__).resolve().parents[2])
+    return (
+        f"# {where} of raysub {__version__}, less its comments, blank lines and docstrings.\n"
+        + code_lines(module.read_text())
+    )
+
+
 def heredoc_delimiter(name: str, text: str) -> str:
     """A here-document delimiter that no line of ``text`` equals (user values can hold newlines)."""
     base = "RAYSUB_" + re.sub(r"\W", "_", name).upper()
@@ -217,7 +258,7 @@ def render(spec: JobSpec) -> str:
         text = env.get_template(template).render(context)
         scripts.append(EmbeddedScript(name, text, heredoc_delimiter(name, text)))
     for name, module in node_library(spec):
-        text = module.read_text()
+        text = shipped_text(module)
         scripts.append(EmbeddedScript(name, text, heredoc_delimiter(name, text), library=True))
     # The shared bash is written above the PAYLOAD line: the supervisor uses it too.
     shared, scripts = scripts[0], scripts[1:]

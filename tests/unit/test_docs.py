@@ -149,7 +149,7 @@ def test_every_file_of_log_dir_is_in_the_table() -> None:
 
 
 def test_architecture_states_the_script_sizes_as_measured() -> None:
-    from raysub.job.render import PAYLOAD_LINE, node_library, node_programs, render
+    from raysub.job.render import PAYLOAD_LINE, node_library, node_programs, render, shipped_text
     from tests.unit.test_payload import BIGGEST, BUDGETS
 
     rows = []
@@ -157,7 +157,7 @@ def test_architecture_states_the_script_sizes_as_measured() -> None:
     for name, spec, budget in [*kinds, ("biggest combination", BIGGEST, "")]:
         script = render(spec)
         readable = script.partition(PAYLOAD_LINE)[0].count("\n")
-        python = sum(len(path.read_text().splitlines()) for _, path in node_library(spec))
+        python = sum(len(shipped_text(path).splitlines()) for _, path in node_library(spec))
         programs = ", ".join(node_programs(spec))
         rows.append((name, str(readable), str(script.count("\n")), budget, str(python), programs))
     header = ("job", "lines before the PAYLOAD line", "lines in all", "budget", "of them Python", "programs")
