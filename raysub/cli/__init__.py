@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import click
 
 from raysub import __version__
-from raysub.cli import authoring, keeping, operating, smoke
+from raysub.cli import authoring, elastic, keeping, operating, smoke
 from raysub.protocol import UntrustedFile
 
 
@@ -62,6 +62,8 @@ for command in (
     operating.report,
     keeping.health,
     keeping.watch,
+    elastic.grow,
+    elastic.shrink,
     smoke.smoke,
     completion,
 ):

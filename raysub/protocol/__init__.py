@@ -70,6 +70,11 @@ ENV_LOG_DIR = f"{ENV_PREFIX}LOG_DIR"  # this attempt's LOG_DIR
 ENV_CANARY = f"{ENV_PREFIX}CANARY"  # the token in the canary file
 ENV_NODE_LIST = f"{ENV_PREFIX}NODE_LIST"  # the job's nodes, space-separated
 ENV_SANDBOX_HOSTS = f"{ENV_PREFIX}SANDBOX_HOSTS"  # the nodes that run a sandbox, space-separated
+# Set by a grow job (raysub grow) for its step: its own directory, GROW_DIR/<its job id>; its nodes join this
+# job's Ray and leave it without ending the job. And where their topology ranks start (the job's own count
+# from 1: the head 1, worker k k+2).
+ENV_GROW_DIR = f"{ENV_PREFIX}GROW_DIR"
+ENV_RANK_BASE = f"{ENV_PREFIX}RANK_BASE"
 # Set by each node script for everything it starts ("<canary> <role>"); swept when the script ends.
 ENV_MARK = f"{ENV_PREFIX}JOB_MARK"
 # Set by the head for each driver run ("<canary> <run>"): before a restart, every process that still carries
@@ -186,6 +191,13 @@ ATTACH_SCRIPT = "attach.sh"
 # (log, timeline, signal files, trust); NODE_BASH by the node scripts (canary, Ray's start, clean-up).
 SHARED_BASH = "lib.sh"
 NODE_BASH = "node.sh"
+# What the batch script gives its job steps (their environment, less Slurm's own, and srun's options), as
+# bash to source: a grow job's step starts the job's worker script with it (raysub grow). The owner's alone.
+STEP_ENV = "step_env.sh"
+# raysub grow's directory: each grow job's batch output, GROW_DIR/<its job id>.out, and its nodes' logs,
+# GROW_DIR/<its job id>/worker-<k>.log.
+GROW_DIR = "grow"
+GROW_RANK_BASE = "1001"  # a grow job's nodes' topology ranks, from here (the job's own stay below)
 # The node programs (raysub/job/programs/) and the raysub modules they use, as they are in this package, under
 # LOG_DIR/NODE_PYTHON_DIR/raysub/: the node scripts put NODE_PYTHON_DIR first on the programs' PYTHONPATH.
 NODE_PYTHON_DIR = "python"

@@ -24,6 +24,7 @@ from raysub.protocol import (
     DRIVER_STARTED,
     ENDED,
     ENV_CANARY,
+    GROW_DIR,
     HEAD_LOG,
     HEAD_SCRIPT,
     HEALTH_PROGRESS,
@@ -55,6 +56,7 @@ from raysub.protocol import (
     SRUN_LOG_PREFIX,
     STAGE_DIR,
     STARTED_RAY_HEAD,
+    STEP_ENV,
     STEP_SOURCES,
     TIMELINE,
     TIMELINE_LOCK,
@@ -155,6 +157,22 @@ FILES = (
         "throughput it stated, and who reported it (`raysub/protocol/trainer_progress.py`)",
         _LOG_MODE_DOC,
         "`raysub health`, `watch`: the step, preferred to the driver's text",
+    ),
+    FileDoc(
+        (STEP_ENV,),
+        "batch script, before its steps start",
+        "what its steps get, as bash to source: their environment (less `SLURM_*` and the like) and srun's "
+        "options",
+        "0600",
+        "a grow job's batch script (`raysub grow`), which starts the job's worker script with it",
+    ),
+    FileDoc(
+        (f"{GROW_DIR}/<growjob>.job", f"{GROW_DIR}/<growjob>.out", f"{GROW_DIR}/<growjob>/worker-<k>.log"),
+        "`raysub grow` (the `.job` file: its node count); Slurm and the grow job (its batch output, its "
+        "nodes' logs)",
+        "one grow job each: more nodes for this job's Ray, as a job of their own (docs/elastic.md)",
+        _LOG_MODE_DOC,
+        "`raysub shrink`: the grow jobs there are; people: what a grow job's nodes did",
     ),
     FileDoc(
         (STEP_SOURCES,),

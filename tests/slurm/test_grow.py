@@ -1,0 +1,124 @@
+"""raysub grow and shrink on the minicluster (issue 44): a running 2-node job (node1, node2) gets two more
+nodes from a grow job (node3, node4); a task sees 4 nodes, and the grow nodes carry their own job's label.
+A task running on a grow node when that job is cancelled is retried by Ray on the job's own nodes, the
+driver goes on and the job's ENDED is not written. A second grow job ends within 10 s of the job it grows,
+which ends with its driver's exit code. A worker started by hand with another token is refused by Ray."""
+
+import json
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from raysub import protocol
+from tests.support.minicluster import MiniCluster
+from tests.support.raysub_jobs import assert_clean, job_report, submit, wait_for
+
+pytestmark = pytest.mark.slurm
+
+# Waits for 4 nodes; a task counts them; a long task is placed on a grow node (soft: it may run elsewhere
+# when that node is gone) and says where each attempt ran; then the driver waits for the test.
+DRIVER = textwrap.dedent(
+    """
+    import json, os, pathlib, sys, time
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    here = pathlib.Path(sys.argv[1])
+    ray.init()
+    job = os.environ["SLURM_JOB_ID"]
+    alive = lambda: [node for node in ray.nodes() if node["Alive"]]
+    deadline = time.time() + 150
+    while len(alive()) < 4 and time.time() < deadline:
+        time.sleep(0.5)
+
+    @ray.remote(num_cpus=0)
+    def count():
+        return len([node for node in ray.nodes() if node["Alive"]])
+
+    grown = [node for node in alive() if node.get("Labels", {}).get("raysub/job", job) != job]
+    print("nodes", json.dumps({"task_saw": ray.get(count.remote()), "grown": len(grown)}), flush=True)
+
+    @ray.remote(num_cpus=0, max_retries=3)
+    def long(marker):
+        ip = ray.util.get_node_ip_address()
+        with open(marker, "a") as out:
+            out.write(ip + "\\n")
+        time.sleep(60 if len(pathlib.Path(marker).read_text().split()) == 1 else 0)
+        return ip
+
+    on_grown = NodeAffinitySchedulingStrategy(grown[0]["NodeID"], soft=True)
+    ran = ray.get(long.options(scheduling_strategy=on_grown).remote(str(here / "attempts")))
+    print("long", json.dumps({"finished_on": ran}), flush=True)
+    (here / "retried").touch()
+    while not (here / "end").exists():
+        time.sleep(0.2)
+    """
+)
+
+
+def said(log: str, key: str) -> dict[str, object]:
+    line = next(line for line in log.splitlines() if line.startswith(f"{key} "))
+    return json.loads(line.removeprefix(f"{key} "))  # type: ignore[no-any-return]
+
+
+def grow(minicluster: MiniCluster, workdir: Path, job_id: int, *args: str) -> str:
+    out = minicluster.run("raysub", "grow", str(job_id), "--log-dir", str(workdir), *args).stdout
+    return out.split()[2].rstrip(":")  # "grow job <id>: ..."
+
+
+def test_a_grow_job_adds_nodes_leaves_without_ending_the_job_and_ends_with_it(
+    minicluster: MiniCluster, slurm_tmp: Path
+) -> None:
+    script = slurm_tmp / "driver.py"
+    script.write_text(DRIVER)
+    render = ["--nodes", "2", "--gpus-per-node", "0", "--", "python", str(script), str(slurm_tmp)]
+    job_id, logs = submit(minicluster, slurm_tmp, render, "--nodelist=node[1-2]")
+    wait_for(logs.file(protocol.STARTED_RAY_HEAD))
+    first = grow(minicluster, slurm_tmp, job_id, "--nodes", "2", "--sbatch-arg=--nodelist=node[3-4]")
+    wait_for(slurm_tmp / "attempts", timeout=150)
+    log = logs.driver_log.read_text()
+    assert said(log, "nodes") == {"task_saw": 4, "grown": 2}
+    grown_ip = (slurm_tmp / "attempts").read_text().split()[0]
+    assert grown_ip in ("198.18.0.13", "198.18.0.14"), grown_ip  # node3, node4
+    # The grow job is cancelled while the long task runs on one of its nodes: Ray runs it again elsewhere,
+    # the driver goes on, and the job goes on.
+    minicluster.run("scancel", str(first))
+    wait_for(slurm_tmp / "retried", timeout=120)
+    finished_on = said(logs.driver_log.read_text(), "long")["finished_on"]
+    assert finished_on in ("198.18.0.11", "198.18.0.12"), finished_on
+    assert not logs.ended.exists(), logs.ended.read_text()
+    listed = json.loads(
+        minicluster.run(
+            "raysub", "shrink", str(job_id), "--log-dir", str(slurm_tmp), "--list", "--json"
+        ).stdout
+    )
+    assert listed[0]["job_id"] == first and listed[0]["nodes"] == 2
+    # A grow job's files pass LOG_DIR's privacy rules: no one else writes, the step environment is private.
+    grow_dir = logs.path / protocol.GROW_DIR
+    assert {path.stat().st_mode & 0o022 for path in grow_dir.rglob("*")} == {0}
+    assert logs.file(protocol.STEP_ENV).stat().st_mode & 0o777 == 0o600
+    # A worker that joins with another token than the job's is refused by Ray.
+    wrong = slurm_tmp / "wrong_token"
+    wrong.write_text("0" * 64 + "\n")
+    wrong.chmod(0o600)
+    address = logs.file(protocol.STARTED_RAY_HEAD).read_text().strip()
+    env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(slurm_tmp)}
+    env |= {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(wrong)}
+    start = ["timeout", "90", "ray", "start", f"--address={address}", f"--temp-dir={slurm_tmp / 'stranger'}"]
+    refused = minicluster.run_in_node_netns("node4", *start, env=env, timeout=120)
+    assert refused.returncode not in (0, 124), refused.stdout + refused.stderr
+    assert "auth" in (refused.stdout + refused.stderr).lower(), refused.stdout + refused.stderr
+    # A second grow job ends with the job it grows: within 10 s of the job's end, none is left in the queue.
+    second = grow(minicluster, slurm_tmp, job_id, "--nodes", "1", "--sbatch-arg=--nodelist=node3")
+    wait_for(grow_dir / second / "worker-0.log", timeout=60)
+    (slurm_tmp / "end").touch()
+    result = minicluster.wait(job_id)
+    ended = time.monotonic()
+    assert (result.state, result.exit_code) == ("COMPLETED", 0), job_report(minicluster, slurm_tmp, job_id)
+    while minicluster.is_queued(second):
+        assert time.monotonic() - ended < 10, f"grow job {second} still queued 10 s after the job ended"
+        time.sleep(0.2)
+    assert_clean(minicluster, job_id)
