@@ -48,10 +48,10 @@ def _why_not(job: Job) -> str | None:
 
 def grow(job: Job, request: Grow) -> str:
     """Submits a grow job for ``job``; its job id. GrowError saying why when it cannot be."""
+    script = render_grow(request)  # a value it cannot use first: SpecError
     why = _why_not(job)
     if why is not None:
         raise GrowError(why)
-    script = render_grow(request)
     directory = grow_dir(job)
     mode = stat.S_IMODE(job.logs.path.stat().st_mode)
     try:

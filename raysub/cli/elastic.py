@@ -6,11 +6,12 @@ from pathlib import Path
 import click
 
 from raysub.cli.options import find_job, job_options, json_option
+from raysub.job.grow import DEFAULT_NODES
 
 
 @click.command()
 @job_options
-@click.option("--nodes", "-N", "count", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--nodes", "-N", "count", type=click.IntRange(min=1), default=DEFAULT_NODES, show_default=True,
               help="How many nodes the grow job brings.")  # fmt: skip
 @click.option("--partition", "-p", help="The grow job's partition (a preemptible one, say); default Slurm's.")
 @click.option("--time", "-t", help="The grow job's time limit; default the partition's.")

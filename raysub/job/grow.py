@@ -9,12 +9,13 @@ from dataclasses import dataclass, field
 
 from raysub import protocol
 from raysub.errors import SpecError
-from raysub.job.render import environment
 from raysub.passthrough import CONTROL
 from raysub.protocol.logdir import LogDir
 
 # A grow job's nodes see the grown job's ENDED within about a second; its step is ended this long after.
 LEAVE_S = 8
+DEFAULT_NODES = 1
+RANK_BASE = 1001  # a grow job's nodes' topology ranks start here (the job's own stay below)
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,8 @@ class Grow:
 
 def render_grow(grow: Grow) -> str:
     """The grow job's batch script."""
+    from raysub.job.render import environment  # jinja2: not on the command line's start-up path
+
     grow.check()
     log_dir = str(grow.logs.path)
     return (
@@ -58,5 +61,6 @@ def render_grow(grow: Grow) -> str:
             sbatch_args=grow.sbatch_args,
             log_dir=log_dir,
             leave_s=LEAVE_S,
+            rank_base=RANK_BASE,
         )
     )

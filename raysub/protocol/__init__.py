@@ -197,7 +197,6 @@ STEP_ENV = "step_env.sh"
 # raysub grow's directory: each grow job's batch output, GROW_DIR/<its job id>.out, and its nodes' logs,
 # GROW_DIR/<its job id>/worker-<k>.log.
 GROW_DIR = "grow"
-GROW_RANK_BASE = "1001"  # a grow job's nodes' topology ranks, from here (the job's own stay below)
 # The node programs (raysub/job/programs/) and the raysub modules they use, as they are in this package, under
 # LOG_DIR/NODE_PYTHON_DIR/raysub/: the node scripts put NODE_PYTHON_DIR first on the programs' PYTHONPATH.
 NODE_PYTHON_DIR = "python"

@@ -167,7 +167,12 @@ FILES = (
         "a grow job's batch script (`raysub grow`), which starts the job's worker script with it",
     ),
     FileDoc(
-        (f"{GROW_DIR}/<growjob>.job", f"{GROW_DIR}/<growjob>.out", f"{GROW_DIR}/<growjob>/worker-<k>.log"),
+        (
+            GROW_DIR,
+            f"{GROW_DIR}/<growjob>.job",
+            f"{GROW_DIR}/<growjob>.out",
+            f"{GROW_DIR}/<growjob>/worker-<k>.log",
+        ),
         "`raysub grow` (the `.job` file: its node count); Slurm and the grow job (its batch output, its "
         "nodes' logs)",
         "one grow job each: more nodes for this job's Ray, as a job of their own (docs/elastic.md)",

@@ -28,7 +28,7 @@ def test_the_grow_script_holds_any_log_dir_and_partition_exactly(name: str, part
     log_dir = Path("/lustre/runs") / f"{name}-logs"
     script = render_grow(Grow(LogDir(log_dir), 2, partition=partition, sbatch_args=("--qos=low",)))
     subprocess.run(["bash", "-n"], input=script, text=True, check=True)
-    assignment = next(line for line in script.splitlines() if line.startswith("GROWN_LOG_DIR="))
+    assignment = next(line for line in script.split("\n") if line.startswith("GROWN_LOG_DIR="))
     said = subprocess.run(
         ["bash", "-c", f'{assignment}\nprintf %s "$GROWN_LOG_DIR"'],
         capture_output=True,

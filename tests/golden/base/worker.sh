@@ -6,6 +6,12 @@ set -euo pipefail
 ROLE="worker ${SLURM_PROCID:-?}"
 # shellcheck source=node.sh
 source "${_RAYSUB_LOG_DIR:?is not set; run this script through the batch script}/node.sh"
+GROWN=${_RAYSUB_GROW_DIR:-}
+if [[ -n $GROWN ]]; then
+  # A node of a grow job (raysub grow): it joins this job's Ray, and what would end the job on one of the
+  # job's own nodes ends only this node (and its grow job, which sees its step end).
+  end_job() { log "leaving: $1"; }
+fi
 
 # Starts this node's first 'ray start' ahead of the head (raysub/job/programs/join.py, run as a script with Ray's
 # Python): Ray's command line loads while the head starts (with only the CPU nobody else wants), instead
@@ -22,6 +28,7 @@ start_joiner() {
 # while the head's GCS ($address) still takes a connection: a worker that cannot reach the head may be the
 # victim of the head's node or of the network (every worker would then name itself), and names no one.
 worker_failed() {
+  [[ -z $GROWN ]] || die "$1"
   # shellcheck disable=SC2016 # the inner bash expands $1
   if timeout 3 bash -c 'exec 3<>"/dev/tcp/${1%:*}/${1##*:}"' _ "$address" 2>/dev/null; then
     blame_node "$HOST" "$1"
@@ -40,8 +47,9 @@ ip=$(node_ip)
 ray_node_args "$ip" "$temp" 8 ""
 run_setup
 preflight_gate 8
-# Worker k is task k of the worker step (its nodes in topology order): rank k+2, after the head's 1.
-node_topology 8 $((SLURM_PROCID + 2))
+# Worker k is task k of the worker step (its nodes in topology order): rank k+2, after the head's 1 (a grow
+# job's task k: k plus the base its batch script sets).
+node_topology 8 $((SLURM_PROCID + ${_RAYSUB_RANK_BASE:-2}))
 clean_temp_dir
 start_joiner "${RAY_ARGS[@]}"
 status=0
@@ -67,7 +75,8 @@ for ((attempt = 0; attempt <= 2; attempt++)); do
   status=0
   watch_child || status=$?
   if [[ -e $ENDED_FILE ]] || ended_by_signal "$status"; then exit 0; fi
-  # Once the driver runs, a node that leaves Ray breaks the job: end it now rather than rejoin.
+  # Once the driver runs, a node that leaves Ray breaks the job: end it now rather than rejoin. A grow
+  # job's node only leaves.
   [[ ! -e "${LOG_DIR}/DRIVER_STARTED" ]] || worker_failed "Ray exited with status ${status} while the driver ran"
   log "ray exited with status ${status}"
   sleep 1
