@@ -1,6 +1,6 @@
 """raysub grow's batch script: more nodes for a running job's Ray cluster, as a job of their own
 (templates/grow.sub.j2). They run the grown job's own worker script with the environment its steps have
-(LOG_DIR/step_env.sh), so they start Ray exactly as its workers do; they leave Ray when their job ends or
+(LOG_DIR/step_env), so they start Ray exactly as its workers do; they leave Ray when their job ends or
 when the grown job ends, and never end the grown job."""
 
 from __future__ import annotations

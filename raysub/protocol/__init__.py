@@ -193,7 +193,7 @@ SHARED_BASH = "lib.sh"
 NODE_BASH = "node.sh"
 # What the batch script gives its job steps (their environment, less Slurm's own, and srun's options), as
 # bash to source: a grow job's step starts the job's worker script with it (raysub grow). The owner's alone.
-STEP_ENV = "step_env.sh"
+STEP_ENV = "step_env"
 # raysub grow's directory: each grow job's batch output, GROW_DIR/<its job id>.out, and its nodes' logs,
 # GROW_DIR/<its job id>/worker-<k>.log.
 GROW_DIR = "grow"
