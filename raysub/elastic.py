@@ -1,21 +1,20 @@
 """raysub grow and shrink: more nodes for a running job's Ray cluster as jobs of their own (grow jobs), and
-their release. Each grow job is listed in the grown job's LOG_DIR/grow/ as ``<its job id>.job`` (its node
-count), written as it is submitted, so that a grow job still in the queue is known too."""
+their release. Each grow job is listed in the grown job's LOG_DIR/grow/ (raysub/protocol/grow_jobs.py)."""
 
 from __future__ import annotations
 
 import os
-import stat
 import subprocess
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from raysub import protocol, slurm
 from raysub.job.grow import Grow, render_grow
 from raysub.jobs import Job
-
-MARK = ".job"
+from raysub.protocol import grow_jobs as grow_jobs_file
+from raysub.protocol.grow_jobs import GrowMark
 
 
 class GrowError(RuntimeError):
@@ -27,10 +26,7 @@ class GrowJob:
     job_id: str
     nodes: int
     state: str  # Slurm's (PENDING, RUNNING, ...), or UNKNOWN once Slurm forgot it
-
-
-def grow_dir(job: Job) -> Path:
-    return job.logs.path / protocol.GROW_DIR
+    by: str  # "grow" (raysub grow) or "autoscale" (Ray's autoscaler, --autoscale)
 
 
 def _why_not(job: Job) -> str | None:
@@ -43,6 +39,12 @@ def _why_not(job: Job) -> str | None:
         return (
             f"job {job.job_id} was rendered by a raysub without grow (its LOG_DIR has no {protocol.STEP_ENV})"
         )
+    missing = [name for name in grow_jobs_file.env_names(logs.path) if name not in os.environ]
+    if missing:
+        return (
+            f"job {job.job_id} has --env {', '.join(missing)}, which its LOG_DIR does not keep (they may be "
+            "secrets): set them in this environment, and a grow job brings them to its nodes"
+        )
     return None
 
 
@@ -52,14 +54,10 @@ def grow(job: Job, request: Grow) -> str:
     why = _why_not(job)
     if why is not None:
         raise GrowError(why)
-    directory = grow_dir(job)
-    mode = stat.S_IMODE(job.logs.path.stat().st_mode)
     try:
-        directory.mkdir(mode=mode)
-        directory.chmod(mode)  # mkdir's mode is cut by the umask; a default ACL is cut by chmod
-    except FileExistsError:
-        if directory.is_symlink() or not directory.is_dir() or directory.stat().st_uid != os.getuid():
-            raise GrowError(f"{directory} is not this job's own directory") from None
+        grow_jobs_file.grow_directory(job.logs.path)
+    except PermissionError as error:
+        raise GrowError(str(error)) from None
     with tempfile.TemporaryDirectory(prefix="raysub-grow-") as tmp:
         path = Path(tmp) / "grow.sub"
         path.write_text(script)
@@ -68,25 +66,16 @@ def grow(job: Job, request: Grow) -> str:
             job_id = slurm.submit(path, job.logs.path)
         except slurm.SlurmError as error:
             raise GrowError(str(error)) from error
-    protocol.write_atomic(
-        directory / f"{job_id}{MARK}", f"{request.nodes}\n", protocol.log_file_mode(job.logs.path)
-    )
+    grow_jobs_file.write(job.logs.path, GrowMark(job_id, request.nodes, "grow", time.time()))
     return job_id
 
 
 def grow_jobs(job: Job) -> list[GrowJob]:
     """The grow jobs submitted for ``job``, oldest first, with Slurm's state of each."""
-    found = []
-    for mark in grow_dir(job).glob(f"*{MARK}"):
-        job_id = mark.name.removesuffix(MARK)
-        if not job_id.isdigit():
-            continue
-        try:
-            nodes = int(mark.read_text(errors="replace").strip() or "0")
-        except (OSError, ValueError):
-            nodes = 0
-        found.append(GrowJob(job_id, nodes, slurm.job_state(job_id).state or "UNKNOWN"))
-    return sorted(found, key=lambda grown: int(grown.job_id))
+    return [
+        GrowJob(mark.job_id, mark.nodes, slurm.job_state(mark.job_id).state or "UNKNOWN", mark.by)
+        for mark in grow_jobs_file.read_all(job.logs.path)
+    ]
 
 
 def shrink(job: Job, job_ids: tuple[str, ...] = (), nodes: int | None = None) -> list[GrowJob]:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, cast, get_args
 
+from raysub.autoscale import AUTOSCALE_OPTIONS, Autoscale, autoscale_from_options
 from raysub.errors import SpecError as SpecError
 from raysub.passthrough import (
     CONTROL,
@@ -281,6 +282,7 @@ class JobSpec:
     head_timeout: int = 300
     workers_timeout: int = 600
     sandbox: Sandbox | None = None
+    autoscale: Autoscale | None = None  # --autoscale and its options (raysub/autoscale.py)
     requeue: bool = False
     signal_before: int | None = None
     forward_signal: str | None = None  # None: USR1 with --signal-before, else no forwarding at all
@@ -424,6 +426,8 @@ class JobSpec:
         if self.sandbox is not None:
             self.sandbox.check()
             self._check_sandbox_port()
+        if self.autoscale is not None:
+            self.autoscale.check(self.nodes)
         return self
 
     def _check_sandbox_port(self) -> None:
@@ -757,7 +761,7 @@ def spec_from_options(values: Mapping[str, Any]) -> JobSpec:
     plain = {
         name: values[name]
         for name in JobSpec.__dataclass_fields__
-        if name not in ("nodes", "command", "env", "ports", "sandbox", "plan") and name in values
+        if name not in ("nodes", "command", "env", "ports", "sandbox", "plan", "autoscale") and name in values
     }
     for name in ("sbatch_args", "ray_start_args", "srun_args"):
         plain[name] = tuple(plain[name])
@@ -773,6 +777,7 @@ def spec_from_options(values: Mapping[str, Any]) -> JobSpec:
         env=parse_env(tuple(values["env"])),
         ports=ports,
         sandbox=sandbox,
+        autoscale=autoscale_from_options(*(values[f"autoscale{part}"] for part in AUTOSCALE_OPTIONS)),
     ).check()
 
 

@@ -50,3 +50,5 @@ class Timing:
     scontrol_timeout_s: float = 10.0
     # ray_logs.py, as a node leaves: well within Slurm's default KillWait (30 s) after a TERM.
     keep_ray_logs_s: float = 10.0
+    # The autoscaler's node provider (--autoscale): Slurm's queue, for its grow jobs, at most this often.
+    autoscale_slurm_look_s: float = 30.0

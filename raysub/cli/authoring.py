@@ -11,6 +11,7 @@ import click
 from click.core import ParameterSource
 
 from raysub import plan as planning
+from raysub.autoscale import DEFAULT_IDLE_S, DEFAULT_QUEUE_TIMEOUT_S
 from raysub.cli.options import (
     F,
     complete_profile,
@@ -242,6 +243,34 @@ def profile_keys(command: click.Command) -> dict[str, click.Parameter]:
     "--workers-timeout",
     type=int,
     help="Seconds for all workers to join once the head is up.",
+)
+@option(
+    "--autoscale",
+    type=click.IntRange(min=2),
+    metavar="MAX_NODES",
+    help="Run Ray's own autoscaler on the head with raysub's node provider for Slurm: demand the cluster "
+    "cannot hold (tasks, actors, placement groups) submits grow jobs of one node each, until the cluster has "
+    "MAX_NODES nodes (the job's own included); idle grow nodes are released (docs/elastic.md).",
+)
+@option(
+    "--autoscale-idle",
+    type=int,
+    default=DEFAULT_IDLE_S,
+    metavar="SECONDS",
+    help="How long a grow node may sit idle before the autoscaler releases it (drained, then scancel).",
+)
+@option(
+    "--autoscale-partition",
+    multiple=True,
+    metavar="PARTITION",
+    help="A partition grow jobs may run in (a preemptible one, say); Slurm's default partition when none.",
+)
+@option(
+    "--autoscale-queue-timeout",
+    type=int,
+    default=DEFAULT_QUEUE_TIMEOUT_S,
+    metavar="SECONDS",
+    help="A grow job still in the queue this long is cancelled; LOG_DIR/autoscale.log says why it waited.",
 )
 @spec_option(
     "--requeue/--no-requeue",

@@ -12,10 +12,7 @@ from raysub.errors import SpecError
 from raysub.passthrough import CONTROL
 from raysub.protocol.logdir import LogDir
 
-# A grow job's nodes see the grown job's ENDED within about a second; its step is ended this long after.
-LEAVE_S = 8
 DEFAULT_NODES = 1
-RANK_BASE = 1001  # a grow job's nodes' topology ranks start here (the job's own stay below)
 
 
 @dataclass(frozen=True)
@@ -44,23 +41,16 @@ class Grow:
 
 def render_grow(grow: Grow) -> str:
     """The grow job's batch script."""
-    from raysub.job.render import environment  # jinja2: not on the command line's start-up path
+    from raysub.job.render import grow_script  # jinja2: not on the command line's start-up path
 
     grow.check()
     log_dir = str(grow.logs.path)
-    return (
-        environment()
-        .get_template("grow.sub.j2")
-        .render(
-            files=protocol.template_names(),
-            name=f"raysub-grow-{grow.logs.path.name}",
-            nodes=grow.nodes,
-            output=f"{log_dir}/{protocol.GROW_DIR}/%j.out",
-            partition=grow.partition,
-            time=grow.time,
-            sbatch_args=grow.sbatch_args,
-            log_dir=log_dir,
-            leave_s=LEAVE_S,
-            rank_base=RANK_BASE,
-        )
+    return grow_script(
+        log_dir,
+        name=f"raysub-grow-{grow.logs.path.name}",
+        nodes=grow.nodes,
+        output=f"{log_dir}/{protocol.GROW_DIR}/%j.out",
+        partition=grow.partition,
+        time=grow.time,
+        sbatch_args=grow.sbatch_args,
     )

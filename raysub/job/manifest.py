@@ -43,6 +43,7 @@ def timing_args(timing: Timing, name: str) -> list[str]:
         },
         "ray_logs": {"seconds": timing.keep_ray_logs_s},
         "topology": {"nvidia-smi-timeout": timing.nvidia_smi_timeout_s},
+        "autoscale": {"slurm-look": timing.autoscale_slurm_look_s},
         "preflight": {
             "first-pause": timing.preflight_first_pause_s,
             "max-pause": timing.preflight_max_pause_s,
@@ -133,6 +134,26 @@ def _topology_args(spec: JobView) -> list[str]:
     ]
 
 
+def _autoscale_args(spec: JobView) -> list[str]:
+    """Ray's autoscaler's config: the head's GCS ($address), the most grow nodes, its waits, the partitions
+    and the names of the job's --env values (grow jobs get them from the head's environment)."""
+    autoscale = spec.autoscale
+    return [
+        '--log-dir="$LOG_DIR"',
+        '--address="$address"',
+        '--job="$SLURM_JOB_ID"',
+        f"--max-workers={autoscale.max_nodes - spec.nodes}",
+        f"--idle={autoscale.idle}",
+        f"--queue-timeout={autoscale.queue_timeout}",
+        f"--gpus={spec.gpus_per_node}",
+        f"--head-gpus={spec.head_gpus}",
+        *(f"--partition={shlex.quote(partition)}" for partition in autoscale.partitions),
+        *(f"--env-name={name}" for name, _ in spec.env),
+        *(["--exclusive"] if spec.exclusive else []),
+        *timing_args(spec.timing, "autoscale"),
+    ]
+
+
 def _smoke_args(spec: JobView) -> list[str]:
     return [shlex.quote(arg) for arg in spec.smoke_args]
 
@@ -198,6 +219,13 @@ MANIFEST = (
         "where the node sits (NVLink domain, Slurm switch or block): Ray's resources and labels for it",
     ),
     Program("smoke", DRIVER, lambda spec: spec.smoke, _smoke_args, "the smoke test, as the driver"),
+    Program(
+        "autoscale",
+        HEAD,
+        lambda spec: spec.autoscale is not None,
+        _autoscale_args,
+        "the config of Ray's autoscaler, with raysub's node provider for Slurm (--autoscale)",
+    ),
     Program(
         "driver_gate",
         HEAD,

@@ -8,6 +8,7 @@ import tokenize
 from dataclasses import dataclass
 from functools import cache, partial
 from pathlib import Path
+from typing import Any
 
 import jinja2
 
@@ -150,7 +151,10 @@ def node_library(spec: JobSpec | None = None) -> list[tuple[str, Path]]:
     node = package / "job" / "programs"
     programs = node_programs(spec) if spec else list(manifest.ROWS)
     gate = node / "driver_gate.py"
+    # Ray's autoscaler imports this one (--autoscale); it ships apart, and what it imports as usual.
+    entry = package / "job" / "lib" / "autoscaler_entry.py"
     todo = [node / f"{name}.py" for name in programs if name != gate.stem]
+    todo += _imported(entry, package) if "autoscale" in programs else []
     modules: set[Path] = set()
     while todo:
         module = todo.pop()
@@ -162,6 +166,9 @@ def node_library(spec: JobSpec | None = None) -> list[tuple[str, Path]]:
     shipped = [(f"{protocol.NODE_PYTHON_DIR}/raysub/{m.relative_to(package)}", m) for m in sorted(modules)]
     if gate.stem in programs:
         shipped.append((f"{protocol.NODE_PYTHON_DIR}/{protocol.DRIVER_GATE_DIR}/sitecustomize.py", gate))
+    if "autoscale" in programs:
+        where = f"{protocol.NODE_PYTHON_DIR}/{protocol.AUTOSCALER_DIR}/{protocol.AUTOSCALER_MODULE}.py"
+        shipped.append((where, entry))
     return shipped
 
 
@@ -201,6 +208,26 @@ def shipped_text(module: Path) -> str:
     return (
         f"# {where} of raysub {__version__}, less its comments, blank lines and docstrings.\n"
         + code_lines(module.read_text())
+    )
+
+
+# A grow job's nodes see the grown job's ENDED within about a second; its step is ended this long after.
+GROW_LEAVE_S = 8
+GROW_RANK_BASE = 1001  # a grow job's nodes' topology ranks start here (the job's own stay below)
+
+
+def grow_script(log_dir: str | None, **sbatch: Any) -> str:
+    """A grow job's batch script (templates/grow.sub.j2): raysub grow's for the job whose LOG_DIR is
+    ``log_dir``, with its #SBATCH options (name, nodes, output, partition, time, sbatch_args); or, with no
+    LOG_DIR, the one of Ray's autoscaler (--autoscale), whose node provider gives all of them."""
+    values = {"partition": None, "time": None, "sbatch_args": (), **sbatch}
+    template = environment().get_template("grow.sub.j2")
+    return template.render(
+        files=protocol.template_names(),
+        log_dir=log_dir,
+        leave_s=GROW_LEAVE_S,
+        rank_base=GROW_RANK_BASE,
+        **values,
     )
 
 
@@ -257,6 +284,11 @@ def render(spec: JobSpec) -> str:
             continue
         text = env.get_template(template).render(context)
         scripts.append(EmbeddedScript(name, text, heredoc_delimiter(name, text)))
+    if spec.autoscale is not None:
+        text = grow_script(None)
+        scripts.append(
+            EmbeddedScript(protocol.GROW_SCRIPT, text, heredoc_delimiter(protocol.GROW_SCRIPT, text))
+        )
     for name, module in node_library(spec):
         text = shipped_text(module)
         scripts.append(EmbeddedScript(name, text, heredoc_delimiter(name, text), library=True))

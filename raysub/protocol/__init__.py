@@ -75,6 +75,8 @@ ENV_SANDBOX_HOSTS = f"{ENV_PREFIX}SANDBOX_HOSTS"  # the nodes that run a sandbox
 # from 1: the head 1, worker k k+2).
 ENV_GROW_DIR = f"{ENV_PREFIX}GROW_DIR"
 ENV_RANK_BASE = f"{ENV_PREFIX}RANK_BASE"
+# Set by the autoscaler's node provider (--autoscale) for the grow jobs it submits: the LOG_DIR they grow.
+ENV_GROWN_LOG_DIR = f"{ENV_PREFIX}GROWN_LOG_DIR"
 # Set by each node script for everything it starts ("<canary> <role>"); swept when the script ends.
 ENV_MARK = f"{ENV_PREFIX}JOB_MARK"
 # Set by the head for each driver run ("<canary> <run>"): before a restart, every process that still carries
@@ -197,12 +199,29 @@ STEP_ENV = "step_env"
 # raysub grow's directory: each grow job's batch output, GROW_DIR/<its job id>.out, and its nodes' logs,
 # GROW_DIR/<its job id>/worker-<k>.log.
 GROW_DIR = "grow"
+# --autoscale: the batch script of the grow jobs Ray's autoscaler asks for (one node each), the autoscaler's
+# config (AUTOSCALE_DIR/AUTOSCALE_CONFIG, the owner's alone) and what its node provider did (AUTOSCALE_LOG).
+GROW_SCRIPT = "grow.sub"
+AUTOSCALE_DIR = "autoscale"
+AUTOSCALE_CONFIG = "config.json"
+AUTOSCALE_LOG = "autoscale.log"
+# The resource by which Ray's autoscaler tells a node it launched (use_node_id_as_ip): a grow job's id.
+NODE_ID_RESOURCE = "NODE_ID_AS_RESOURCE"
+# The autoscaler's node types: the head, the job's own workers (and raysub grow's nodes), its grow jobs.
+AUTOSCALE_HEAD_TYPE = "raysub.head"
+AUTOSCALE_JOB_TYPE = "raysub.job"
+AUTOSCALE_GROW_TYPE = "raysub.grow"
 # The node programs (raysub/job/programs/) and the raysub modules they use, as they are in this package, under
 # LOG_DIR/NODE_PYTHON_DIR/raysub/: the node scripts put NODE_PYTHON_DIR first on the programs' PYTHONPATH.
 NODE_PYTHON_DIR = "python"
 # LOG_DIR/NODE_PYTHON_DIR/DRIVER_GATE_DIR/sitecustomize.py: raysub/job/programs/driver_gate.py, which the head
 # puts first on an early driver's PYTHONPATH (docs/protocol.md#the-early-driver).
 DRIVER_GATE_DIR = "driver_gate"
+# LOG_DIR/NODE_PYTHON_DIR/AUTOSCALER_DIR/AUTOSCALER_MODULE.py (--autoscale): what Ray's autoscaler imports on
+# the head; it puts NODE_PYTHON_DIR on its own sys.path and gives raysub/job/lib/slurm_provider.py's provider.
+# Only this directory is on the head Ray's PYTHONPATH: a driver's own raysub is never shadowed.
+AUTOSCALER_DIR = "autoscaler"
+AUTOSCALER_MODULE = "raysub_autoscaler"
 # In a node's own Ray temp dir (node-local): the head's address, which the node script writes there once
 # the head is ready, for the program that loaded Ray while it started (raysub/job/programs/join.py on a
 # worker, the unit counter on the head).

@@ -11,6 +11,11 @@ from raysub.protocol import (
     ATTACH_ENV,
     ATTACH_SCRIPT,
     AUTH_TOKEN,
+    AUTOSCALE_CONFIG,
+    AUTOSCALE_DIR,
+    AUTOSCALE_LOG,
+    AUTOSCALER_DIR,
+    AUTOSCALER_MODULE,
     CANARY,
     CONTAINER_ARGS,
     DASHBOARD,
@@ -25,6 +30,7 @@ from raysub.protocol import (
     ENDED,
     ENV_CANARY,
     GROW_DIR,
+    GROW_SCRIPT,
     HEAD_LOG,
     HEAD_SCRIPT,
     HEALTH_PROGRESS,
@@ -144,6 +150,37 @@ FILES = (
         "the driver imports it",
     ),
     FileDoc(
+        (f"{NODE_PYTHON_DIR}/{AUTOSCALER_DIR}/{AUTOSCALER_MODULE}.py",),
+        "batch script (`--autoscale`)",
+        "`raysub/job/lib/autoscaler_entry.py`: what Ray's autoscaler imports, which gives raysub's node "
+        "provider for Slurm (its directory is the only one on the head Ray's PYTHONPATH)",
+        "0600",
+        "Ray's monitor on the head",
+    ),
+    FileDoc(
+        (GROW_SCRIPT,),
+        "batch script (`--autoscale`)",
+        "the batch script of the grow jobs Ray's autoscaler asks for, one node each",
+        "0600",
+        "the node provider on the head submits it (sbatch)",
+    ),
+    FileDoc(
+        (AUTOSCALE_DIR, f"{AUTOSCALE_DIR}/{AUTOSCALE_CONFIG}"),
+        "the head (`--autoscale`), before Ray starts",
+        "Ray's autoscaler's config: its node types, the most grow nodes, the idle timeout, the provider's "
+        "settings",
+        "0700, files 0600",
+        "Ray's autoscaler on the head",
+    ),
+    FileDoc(
+        (AUTOSCALE_LOG,),
+        "the node provider of Ray's autoscaler (`--autoscale`)",
+        "a line for each grow job it submitted, its wait in the queue and why, its arrival in Ray, its "
+        "release or cancellation, a refused sbatch",
+        _LOG_MODE_DOC,
+        "people: what the autoscaler did",
+    ),
+    FileDoc(
         (ATTACH_ENV,),
         "batch script",
         "`<jobid> <head node>`, then ` het` in a heterogeneous job, for `attach.sh` and `raysub attach`",
@@ -161,8 +198,8 @@ FILES = (
     FileDoc(
         (STEP_ENV,),
         "batch script, before its steps start",
-        "what its steps get, as bash to source: their environment (less `SLURM_*` and the like) and srun's "
-        "options",
+        "what its steps get, as bash to source: their environment (less `SLURM_*` and the like, and less "
+        "the `--env` values, of which it keeps the names) and srun's options",
         "0600",
         "a grow job's batch script (`raysub grow`), which starts the job's worker script with it",
     ),
@@ -173,7 +210,8 @@ FILES = (
             f"{GROW_DIR}/<growjob>.out",
             f"{GROW_DIR}/<growjob>/worker-<k>.log",
         ),
-        "`raysub grow` (the `.job` file: its node count); Slurm and the grow job (its batch output, its "
+        "`raysub grow` and the autoscaler's node provider (the `.job` file: its node count, who submitted "
+        "it and when, `raysub/protocol/grow_jobs.py`); Slurm and the grow job (its batch output, its "
         "nodes' logs)",
         "one grow job each: more nodes for this job's Ray, as a job of their own (docs/elastic.md)",
         _LOG_MODE_DOC,

@@ -1,8 +1,13 @@
-"""raysub grow and shrink on the minicluster (issue 44): a running 2-node job (node1, node2) gets two more
-nodes from a grow job (node3, node4); a task sees 4 nodes, and the grow nodes carry their own job's label.
-A task running on a grow node when that job is cancelled is retried by Ray on the job's own nodes, the
-driver goes on and the job's ENDED is not written. A second grow job ends within 10 s of the job it grows,
-which ends with its driver's exit code. A worker started by hand with another token is refused by Ray."""
+"""Growing a running job on the minicluster (issue 44), one 2-node job (node1, node2) for all of it.
+
+Ray's autoscaler (--autoscale 4): the driver's STRICT_SPREAD placement group of 4 bundles is placed once
+the autoscaler's node provider has submitted two grow jobs (node3, node4), whose nodes have the job's --env
+value (which LOG_DIR never holds); once the group is gone and they idle past --autoscale-idle 20, they are
+released and leave the queue. raysub grow then adds two nodes by hand; a task sees 4 nodes, and the grow
+nodes carry their own job's label. A task running on a grow node when that job is cancelled is retried by
+Ray on the job's own nodes, the driver goes on and the job's ENDED is not written. A second grow job ends
+within 10 s of the job it grows, which ends with its driver's exit code. A worker started by hand with
+another token is refused by Ray."""
 
 import json
 import subprocess
@@ -14,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from raysub import protocol
+from raysub.protocol import grow_jobs
 from tests.support.minicluster import MiniCluster
 from tests.support.raysub_jobs import assert_clean, job_report, submit, wait_for
 
@@ -25,12 +31,38 @@ DRIVER = textwrap.dedent(
     """
     import json, os, pathlib, sys, time
     import ray
+    from ray.util.placement_group import placement_group, remove_placement_group
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy as InGroup
 
     here = pathlib.Path(sys.argv[1])
     ray.init()
     job = os.environ["SLURM_JOB_ID"]
     alive = lambda: [node for node in ray.nodes() if node["Alive"]]
+
+    # Ray's autoscaler: a group the job's 2 nodes cannot hold.
+    @ray.remote(num_cpus=1)
+    def where():
+        return ray.get_runtime_context().get_node_id(), os.environ.get("WANDB_API_KEY", "")
+
+    group = placement_group([{"CPU": 1}] * 4, strategy="STRICT_SPREAD")
+    ray.get(group.ready(), timeout=240)
+    placed = ray.get([
+        where.options(scheduling_strategy=InGroup(group, bundle)).remote()
+        for bundle in range(4)
+    ])
+    scaled = {n["NodeID"] for n in alive() if "NODE_ID_AS_RESOURCE" in n["Resources"]}
+    keys = sorted({key for node, key in placed if node in scaled})
+    nodes = len({node for node, _ in placed})
+    print("group", json.dumps({"nodes": nodes, "scaled": len(scaled), "env": keys}), flush=True)
+    remove_placement_group(group)
+    deadline = time.time() + 150
+    while len(alive()) > 2 and time.time() < deadline:
+        time.sleep(0.5)
+    print("released", json.dumps({"nodes": len(alive())}), flush=True)
+    (here / "released").touch()
+
+    # raysub grow, by hand.
     deadline = time.time() + 150
     while len(alive()) < 4 and time.time() < deadline:
         time.sleep(0.5)
@@ -56,6 +88,7 @@ DRIVER = textwrap.dedent(
     (here / "retried").touch()
     while not (here / "end").exists():
         time.sleep(0.2)
+    sys.exit(5)
     """
 )
 
@@ -75,13 +108,32 @@ def test_a_grow_job_adds_nodes_leaves_without_ending_the_job_and_ends_with_it(
 ) -> None:
     script = slurm_tmp / "driver.py"
     script.write_text(DRIVER)
-    render = ["--nodes", "2", "--gpus-per-node", "0", "--", "python", str(script), str(slurm_tmp)]
-    job_id, logs = submit(minicluster, slurm_tmp, render, "--nodelist=node[1-2]")
-    wait_for(logs.file(protocol.STARTED_RAY_HEAD))
+    secret = "s3cr3t-grow-4712"  # noqa: S105 (a made-up value the test looks for)
+    scaling = ["--autoscale", "4", "--autoscale-idle", "20", "--env", f"WANDB_API_KEY={secret}"]
+    render = ["--nodes", "2", "--gpus-per-node", "0", *scaling, "--", "python", str(script), str(slurm_tmp)]
+    job_id, logs = submit(minicluster, slurm_tmp, render, "--nodelist=node[1-2]", "--time=8")
+    # Ray's autoscaler grew the cluster for the group, its nodes had the --env value, and it released them.
+    wait_for(slurm_tmp / "released", timeout=300)
+    log = logs.driver_log.read_text()
+    assert said(log, "group") == {"nodes": 4, "scaled": 2, "env": [secret]}, job_report(
+        minicluster, slurm_tmp, job_id
+    )
+    assert said(log, "released") == {"nodes": 2}
+    scaled = [mark for mark in grow_jobs.read_all(logs.path) if mark.by == "autoscale"]
+    assert len(scaled) == 2, scaled
+    deadline = time.monotonic() + 30
+    while [mark.job_id for mark in scaled if minicluster.is_queued(mark.job_id)]:
+        assert time.monotonic() < deadline, f"released grow jobs still queued: {scaled}"
+        time.sleep(0.2)
+    told = logs.file(protocol.AUTOSCALE_LOG).read_text()
+    assert told.count("submitted") == 2 and told.count("released by Ray's autoscaler") == 2, told
+    for path in logs.path.rglob("*"):
+        if path.is_file():
+            assert secret not in path.read_text(errors="replace"), path
+    # raysub grow, by hand.
     first = grow(minicluster, slurm_tmp, job_id, "--nodes", "2", "--sbatch-arg=--nodelist=node[3-4]")
     wait_for(slurm_tmp / "attempts", timeout=150)
-    log = logs.driver_log.read_text()
-    assert said(log, "nodes") == {"task_saw": 4, "grown": 2}
+    assert said(logs.driver_log.read_text(), "nodes") == {"task_saw": 4, "grown": 2}
     grown_ip = (slurm_tmp / "attempts").read_text().split()[0]
     assert grown_ip in ("198.18.0.13", "198.18.0.14"), grown_ip  # node3, node4
     # The grow job is cancelled while the long task runs on one of its nodes: Ray runs it again elsewhere,
@@ -120,7 +172,7 @@ def test_a_grow_job_adds_nodes_leaves_without_ending_the_job_and_ends_with_it(
     (slurm_tmp / "end").touch()
     result = minicluster.wait(job_id)
     ended = time.monotonic()
-    assert (result.state, result.exit_code) == ("COMPLETED", 0), job_report(minicluster, slurm_tmp, job_id)
+    assert (result.state, result.exit_code) == ("FAILED", 5), job_report(minicluster, slurm_tmp, job_id)
     while minicluster.is_queued(second):
         assert time.monotonic() - ended < 10, f"grow job {second} still queued 10 s after the job ended"
         time.sleep(0.2)

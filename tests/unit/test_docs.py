@@ -131,6 +131,12 @@ NOT_FILES = (
         "LOCAL_HEAD_ADDRESS",
         "LOG_MODE_DOC",
         "ATTACH_HET",
+        "AUTOSCALE_CONFIG",  # a part of the names the table shows
+        "AUTOSCALER_",
+        "AUTOSCALE_HEAD_TYPE",
+        "AUTOSCALE_JOB_TYPE",
+        "AUTOSCALE_GROW_TYPE",
+        "NODE_ID_RESOURCE",
     ),
 )
 

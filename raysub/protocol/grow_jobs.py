@@ -1,0 +1,80 @@
+"""LOG_DIR/grow/<id>.job: a job's grow jobs, one file each, written as each is submitted (so that one still in
+the queue is known too) by raysub grow or by the autoscaler's node provider (--autoscale). One line:
+'<nodes> <by> <submitted, epoch seconds>'; a file of raysub grow before --autoscale holds '<nodes>' alone."""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from raysub.protocol import GROW_DIR, STEP_ENV, log_file_mode, write_atomic
+
+MARK = ".job"
+# The line of LOG_DIR/step_env (the batch script's record_step_env, bash's declare -p) that names the job's
+# --env values, which step_env leaves out: a grow job must bring them in its own environment.
+_ENV_NAMES = re.compile(r"^declare -a grown_env_names=\((.*)\)$", re.MULTILINE)
+By = Literal["grow", "autoscale"]
+
+
+@dataclass(frozen=True)
+class GrowMark:
+    job_id: str
+    nodes: int
+    by: By  # raysub grow, or the autoscaler
+    submitted: float
+
+
+def grow_directory(log_dir: Path) -> Path:
+    """LOG_DIR/GROW_DIR, made with LOG_DIR's own mode (whatever the umask or a default ACL) when missing;
+    PermissionError when what is there is not the owner's own directory."""
+    directory = log_dir / GROW_DIR
+    mode = stat.S_IMODE(log_dir.stat().st_mode)
+    try:
+        directory.mkdir(mode=mode)
+        directory.chmod(mode)  # mkdir's mode is cut by the umask; a default ACL is cut by chmod
+    except FileExistsError:
+        if directory.is_symlink() or not directory.is_dir() or directory.stat().st_uid != os.getuid():
+            raise PermissionError(f"{directory} is not this job's own directory") from None
+    return directory
+
+
+def write(log_dir: Path, mark: GrowMark) -> None:
+    """``mark`` into LOG_DIR/grow/<its job id>.job, with the mode of LOG_DIR's logs."""
+    text = f"{mark.nodes} {mark.by} {mark.submitted:.0f}\n"
+    write_atomic(grow_directory(log_dir) / f"{mark.job_id}{MARK}", text, log_file_mode(log_dir))
+
+
+def _read(path: Path) -> GrowMark | None:
+    job_id = path.name.removesuffix(MARK)
+    try:
+        fields = path.read_text(errors="replace").split()
+        submitted = float(fields[2]) if len(fields) > 2 else path.stat().st_mtime
+        nodes = int(fields[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    by: By = "autoscale" if fields[1:2] == ["autoscale"] else "grow"
+    return GrowMark(job_id, nodes, by, submitted) if job_id.isdigit() and nodes > 0 else None
+
+
+def read_all(log_dir: Path) -> list[GrowMark]:
+    """Every grow job of the job whose LOG_DIR is ``log_dir``, oldest first; a file that is not one is
+    passed over."""
+    try:
+        paths = list((log_dir / GROW_DIR).glob(f"*{MARK}"))
+    except OSError:
+        return []
+    marks = [mark for mark in map(_read, paths) if mark is not None]
+    return sorted(marks, key=lambda mark: int(mark.job_id))
+
+
+def env_names(log_dir: Path) -> list[str]:
+    """The names of the job's --env values, from its LOG_DIR/step_env; none for a file without the line."""
+    try:
+        found = _ENV_NAMES.search((log_dir / STEP_ENV).read_text(errors="replace"))
+    except OSError:
+        return []
+    return re.findall(r'\[\d+\]="(\w+)"', found.group(1)) if found else []
