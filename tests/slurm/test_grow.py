@@ -46,13 +46,14 @@ DRIVER = textwrap.dedent(
         return ray.get_runtime_context().get_node_id(), os.environ.get("WANDB_API_KEY", "")
 
     group = placement_group([{"CPU": 1}] * 4, strategy="STRICT_SPREAD")
-    ray.get(group.ready(), timeout=240)
+    ray.get(group.ready(), timeout=150)
     placed = ray.get([
         where.options(scheduling_strategy=InGroup(group, bundle)).remote()
         for bundle in range(4)
     ])
     scaled = {n["NodeID"] for n in alive() if "NODE_ID_AS_RESOURCE" in n["Resources"]}
-    keys = sorted({key for node, key in placed if node in scaled})
+    # Whether each grow node had the driver's own --env value (the value itself stays out of the log).
+    keys = sorted({key == os.environ["WANDB_API_KEY"] for node, key in placed if node in scaled})
     nodes = len({node for node, _ in placed})
     print("group", json.dumps({"nodes": nodes, "scaled": len(scaled), "env": keys}), flush=True)
     remove_placement_group(group)
@@ -98,8 +99,13 @@ def said(log: str, key: str) -> dict[str, object]:
     return json.loads(line.removeprefix(f"{key} "))  # type: ignore[no-any-return]
 
 
+SECRET = "s3cr3t-grow-4712"  # noqa: S105 (a made-up --env value the test looks for)
+
+
 def grow(minicluster: MiniCluster, workdir: Path, job_id: int, *args: str) -> str:
-    out = minicluster.run("raysub", "grow", str(job_id), "--log-dir", str(workdir), *args).stdout
+    """raysub grow, from a shell that has the job's --env value (LOG_DIR does not keep it)."""
+    env = {"WANDB_API_KEY": SECRET}
+    out = minicluster.run("raysub", "grow", str(job_id), "--log-dir", str(workdir), *args, env=env).stdout
     return out.split()[2].rstrip(":")  # "grow job <id>: ..."
 
 
@@ -108,14 +114,17 @@ def test_a_grow_job_adds_nodes_leaves_without_ending_the_job_and_ends_with_it(
 ) -> None:
     script = slurm_tmp / "driver.py"
     script.write_text(DRIVER)
-    secret = "s3cr3t-grow-4712"  # noqa: S105 (a made-up value the test looks for)
-    scaling = ["--autoscale", "4", "--autoscale-idle", "20", "--env", f"WANDB_API_KEY={secret}"]
+    scaling = ["--autoscale", "4", "--autoscale-idle", "20", "--env", f"WANDB_API_KEY={SECRET}"]
     render = ["--nodes", "2", "--gpus-per-node", "0", *scaling, "--", "python", str(script), str(slurm_tmp)]
     job_id, logs = submit(minicluster, slurm_tmp, render, "--nodelist=node[1-2]", "--time=8")
     # Ray's autoscaler grew the cluster for the group, its nodes had the --env value, and it released them.
-    wait_for(slurm_tmp / "released", timeout=300)
+    deadline = time.monotonic() + 300
+    while not (slurm_tmp / "released").exists():
+        assert time.monotonic() < deadline, job_report(minicluster, slurm_tmp, job_id)
+        assert not logs.ended.exists(), job_report(minicluster, slurm_tmp, job_id)
+        time.sleep(0.2)
     log = logs.driver_log.read_text()
-    assert said(log, "group") == {"nodes": 4, "scaled": 2, "env": [secret]}, job_report(
+    assert said(log, "group") == {"nodes": 4, "scaled": 2, "env": [True]}, job_report(
         minicluster, slurm_tmp, job_id
     )
     assert said(log, "released") == {"nodes": 2}
@@ -129,8 +138,10 @@ def test_a_grow_job_adds_nodes_leaves_without_ending_the_job_and_ends_with_it(
     assert told.count("submitted") == 2 and told.count("released by Ray's autoscaler") == 2, told
     for path in logs.path.rglob("*"):
         if path.is_file():
-            assert secret not in path.read_text(errors="replace"), path
-    # raysub grow, by hand.
+            assert SECRET not in path.read_text(errors="replace"), path
+    # raysub grow, by hand: not from a shell without the job's --env value.
+    refused = minicluster.run("raysub", "grow", str(job_id), "--log-dir", str(slurm_tmp), check=False)
+    assert refused.returncode == 1 and "--env WANDB_API_KEY" in refused.stderr, refused.stderr
     first = grow(minicluster, slurm_tmp, job_id, "--nodes", "2", "--sbatch-arg=--nodelist=node[3-4]")
     wait_for(slurm_tmp / "attempts", timeout=150)
     assert said(logs.driver_log.read_text(), "nodes") == {"task_saw": 4, "grown": 2}
@@ -148,7 +159,10 @@ def test_a_grow_job_adds_nodes_leaves_without_ending_the_job_and_ends_with_it(
             "raysub", "shrink", str(job_id), "--log-dir", str(slurm_tmp), "--list", "--json"
         ).stdout
     )
-    assert listed[0]["job_id"] == first and listed[0]["nodes"] == 2
+    assert [(entry["job_id"], entry["nodes"]) for entry in listed if entry["by"] == "grow"] == [(first, 2)]
+    assert sorted(entry["job_id"] for entry in listed if entry["by"] == "autoscale") == [
+        m.job_id for m in scaled
+    ]
     # A grow job's files pass LOG_DIR's privacy rules: no one else writes, the step environment is private.
     grow_dir = logs.path / protocol.GROW_DIR
     assert {path.stat().st_mode & 0o022 for path in grow_dir.rglob("*")} == {0}

@@ -58,7 +58,7 @@ def config(args: argparse.Namespace) -> dict[str, Any]:
             "resources": shape(args.gpus),
             "node_config": {},
             "min_workers": 0,
-            "max_workers": args.max_workers,
+            "max_workers": args.max_nodes - args.nodes,
         },
     }
     empty_lists = ("cluster_synced_files", "rsync_exclude", "rsync_filter", "initialization_commands")
@@ -66,7 +66,8 @@ def config(args: argparse.Namespace) -> dict[str, Any]:
     starts = ("head_start_ray_commands", "worker_start_ray_commands")
     return {
         "cluster_name": f"raysub-{args.job}",
-        "max_workers": args.max_workers,
+        # Every node but the head: the autoscaler counts the job's own (unmanaged) nodes against it too.
+        "max_workers": args.max_nodes - 1,
         "upscaling_speed": 1.0,
         "idle_timeout_minutes": args.idle / 60,
         "provider": provider,
@@ -85,7 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--log-dir", required=True)
     parser.add_argument("--address", required=True, help="the head's GCS, ip:port")
     parser.add_argument("--job", required=True, help="the job's id")
-    parser.add_argument("--max-workers", type=int, required=True, help="the most grow nodes at once")
+    parser.add_argument("--max-nodes", type=int, required=True, help="the most nodes, the job's own included")
+    parser.add_argument("--nodes", type=int, required=True, help="the job's own nodes")
     parser.add_argument("--idle", type=float, required=True, help="seconds a grow node may idle")
     parser.add_argument("--queue-timeout", type=float, required=True)
     parser.add_argument("--slurm-look", type=float, required=True, help="seconds between two squeue")
