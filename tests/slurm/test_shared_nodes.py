@@ -78,7 +78,16 @@ def test_two_jobs_on_the_same_two_nodes_each_reach_only_their_own_cluster(
     def start(name: str, *sbatch: str) -> tuple[int, LogDir]:
         workdir = slurm_tmp / name
         workdir.mkdir(mode=0o755)
-        render = ["--nodes", "2", "--gpus-per-node", "0", "--no-exclusive", "--"]
+        render = [
+            "--nodes",
+            "2",
+            "--gpus-per-node",
+            "0",
+            "--no-exclusive",
+            "--port-range",
+            "10000-18499",
+            "--",
+        ]
         render += ["python", driver(workdir, DRIVER), str(workdir / "go")]
         placed = [f"--nodelist={nodes}"] if nodes else []
         job_id, logs = submit(
@@ -155,8 +164,10 @@ def wait_until_free(minicluster: MiniCluster, nodes: list[str], first: int, last
 def test_every_node_takes_the_one_block_outside_its_ephemeral_ports(
     minicluster: MiniCluster, slurm_tmp: Path
 ) -> None:
-    # Every node gives outgoing connections ports 24000-31999: 16 of the 17 blocks of the default
-    # --port-range (24000-32767); 32000-32499 is the only one outside, whatever block the job id picks.
+    # Every node gives outgoing connections ports 10000-17999: 16 of the 17 blocks of --port-range
+    # 10000-18499; 18000-18499 is the only one outside, whatever block the job id picks. Not the default
+    # range: the jobs before this one took blocks of it, and their closing sockets would hold a block for up
+    # to a minute (their outgoing ones are in the nodes' own ephemeral range, 32768 and up).
     nodes = [f"node{k}" for k in range(1, minicluster.nodes + 1)]
     ranges = {
         node: minicluster.run(*minicluster.enter_node_netns(node), "cat", EPHEMERAL).stdout for node in nodes
@@ -168,13 +179,21 @@ def test_every_node_takes_the_one_block_outside_its_ephemeral_ports(
                 *minicluster.enter_node_netns(node), "sh", "-c", f'echo "$1" >{EPHEMERAL}', "-", text
             )
 
-    set_ranges(dict.fromkeys(nodes, "24000 31999"))
+    set_ranges(dict.fromkeys(nodes, "10000 17999"))
     try:
-        # The job before may have taken that block: its closing sockets hold it up to a minute.
-        wait_until_free(minicluster, nodes, 32000, 32499)
+        wait_until_free(minicluster, nodes, 18000, 18499)
         workdir = slurm_tmp / "ephemeral"
         workdir.mkdir(mode=0o755)
-        render = ["--nodes", "2", "--gpus-per-node", "0", "--no-exclusive", "--"]
+        render = [
+            "--nodes",
+            "2",
+            "--gpus-per-node",
+            "0",
+            "--no-exclusive",
+            "--port-range",
+            "10000-18499",
+            "--",
+        ]
         render += ["python", "-c", "import ray; ray.init()"]
         job_id, logs = submit(minicluster, workdir, render, "--partition=shared", "-c", "1", "--mem=500")
         result = minicluster.wait(job_id)
@@ -182,7 +201,7 @@ def test_every_node_takes_the_one_block_outside_its_ephemeral_ports(
         set_ranges({node: text.strip() for node, text in ranges.items()})
     assert (result.state, result.exit_code) == ("COMPLETED", 0), job_report(minicluster, workdir, job_id)
     blocks = port_blocks(logs)
-    assert len(blocks) == 2 and all(taken == {"32000-32499"} for taken in blocks.values()), blocks
+    assert len(blocks) == 2 and all(taken == {"18000-18499"} for taken in blocks.values()), blocks
     warned = [
         p
         for p in (logs.path / protocol.NODE_LOG_DIR).iterdir()
