@@ -208,9 +208,9 @@ AUTOSCALE_LOG = "autoscale.log"
 # The resource by which Ray's autoscaler tells a node it launched (use_node_id_as_ip): a grow job's id.
 NODE_ID_RESOURCE = "NODE_ID_AS_RESOURCE"
 # The autoscaler's node types: the head, the job's own workers (and raysub grow's nodes), its grow jobs.
-AUTOSCALE_HEAD_TYPE = "raysub.head"
-AUTOSCALE_JOB_TYPE = "raysub.job"
-AUTOSCALE_GROW_TYPE = "raysub.grow"
+AUTOSCALE_HEAD_TYPE = "raysub-head"
+AUTOSCALE_JOB_TYPE = "raysub-job"
+AUTOSCALE_GROW_TYPE = "raysub-grow"
 # The node programs (raysub/job/programs/) and the raysub modules they use, as they are in this package, under
 # LOG_DIR/NODE_PYTHON_DIR/raysub/: the node scripts put NODE_PYTHON_DIR first on the programs' PYTHONPATH.
 NODE_PYTHON_DIR = "python"

@@ -140,8 +140,8 @@ def test_a_grow_job_adds_nodes_leaves_without_ending_the_job_and_ends_with_it(
         if path.is_file():
             assert SECRET not in path.read_text(errors="replace"), path
     # raysub grow, by hand: not from a shell without the job's --env value.
-    refused = minicluster.run("raysub", "grow", str(job_id), "--log-dir", str(slurm_tmp), check=False)
-    assert refused.returncode == 1 and "--env WANDB_API_KEY" in refused.stderr, refused.stderr
+    bare = minicluster.run("raysub", "grow", str(job_id), "--log-dir", str(slurm_tmp), check=False)
+    assert bare.returncode == 1 and "--env WANDB_API_KEY" in bare.stderr, bare.stderr
     first = grow(minicluster, slurm_tmp, job_id, "--nodes", "2", "--sbatch-arg=--nodelist=node[3-4]")
     wait_for(slurm_tmp / "attempts", timeout=150)
     assert said(logs.driver_log.read_text(), "nodes") == {"task_saw": 4, "grown": 2}

@@ -36,8 +36,10 @@ def test_the_monitor_benchmark_runs() -> None:
 def test_the_scale_simulation_starts_8_nodes_with_two_job_steps(tmp_path: Path) -> None:
     tool("strace")
     results = tmp_path / "scale_sim.json"
+    # The head starts 2 s after the last worker's canary: with 0, a loaded machine let a traced worker reach
+    # its first look only once the head was ready, one look and no ops per look to measure.
     out = run_benchmark(
-        "scale_sim.py", "--nodes", "8", "--head-delay", "0", "--driver-seconds", "0", "--trace-workers", "2",
+        "scale_sim.py", "--nodes", "8", "--head-delay", "2", "--driver-seconds", "0", "--trace-workers", "2",
         "--nice", "0", "--json", str(results),
     )  # fmt: skip
     header, row = out.splitlines()[:2]
