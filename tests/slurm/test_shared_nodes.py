@@ -78,16 +78,7 @@ def test_two_jobs_on_the_same_two_nodes_each_reach_only_their_own_cluster(
     def start(name: str, *sbatch: str) -> tuple[int, LogDir]:
         workdir = slurm_tmp / name
         workdir.mkdir(mode=0o755)
-        render = [
-            "--nodes",
-            "2",
-            "--gpus-per-node",
-            "0",
-            "--no-exclusive",
-            "--port-range",
-            "10000-18499",
-            "--",
-        ]
+        render = ["--nodes", "2", "--gpus-per-node", "0", "--no-exclusive", "--"]
         render += ["python", driver(workdir, DRIVER), str(workdir / "go")]
         placed = [f"--nodelist={nodes}"] if nodes else []
         job_id, logs = submit(
@@ -184,16 +175,9 @@ def test_every_node_takes_the_one_block_outside_its_ephemeral_ports(
         wait_until_free(minicluster, nodes, 18000, 18499)
         workdir = slurm_tmp / "ephemeral"
         workdir.mkdir(mode=0o755)
-        render = [
-            "--nodes",
-            "2",
-            "--gpus-per-node",
-            "0",
-            "--no-exclusive",
-            "--port-range",
-            "10000-18499",
-            "--",
-        ]
+        # The one block outside the nodes' ephemeral range, in a range no job before this one used.
+        render = ["--nodes", "2", "--gpus-per-node", "0", "--no-exclusive", "--port-range", "10000-18499"]
+        render += ["--"]
         render += ["python", "-c", "import ray; ray.init()"]
         job_id, logs = submit(minicluster, workdir, render, "--partition=shared", "-c", "1", "--mem=500")
         result = minicluster.wait(job_id)
