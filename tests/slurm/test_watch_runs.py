@@ -197,20 +197,20 @@ def test_a_driver_that_fails_at_once_is_submitted_at_most_twice_despite_its_rest
 ) -> None:
     driver = slurm_tmp / "driver.py"
     driver.write_text("import ray\nmodle.fit()\n")
-    # Three runs in each job, 6 s and 12 s apart: the job's driver fails 18 s after it first started, its
-    # last run at once.
+    # Three runs in each job, 4 s and 8 s apart: the job's driver fails 12 s after it first started (past
+    # --quick-failure 8), its last run at once.
     script = render(
         minicluster,
         slurm_tmp,
         "--driver-restarts",
         "2",
         "--restart-backoff",
-        "6",
+        "4",
         "--",
         "python",
         str(driver),
     )
-    with watching(minicluster, script, "--quick-failure", "10", "--max-resubmissions", "5") as watch:
+    with watching(minicluster, script, "--quick-failure", "8", "--max-resubmissions", "5") as watch:
         output = finish(watch, timeout=300)
     assert watch.returncode == 1, output
     assert len(job_ids(script)) == 2, output
