@@ -50,7 +50,6 @@ DEFAULT_FORWARD_SIGNAL = "USR1"
 _INTERFACE = re.compile(r"[A-Za-z0-9_.:@-]{1,15}")
 _HOST = re.compile(r"[A-Za-z0-9_.:-]{1,253}")
 _MODE = re.compile(r"0?[0-7]{3}")
-_PYTHON = re.compile(r"python(\d+(\.\d+)?)?")
 
 _MPI = re.compile(r"[A-Za-z0-9_]+")
 
@@ -779,24 +778,3 @@ def spec_from_options(values: Mapping[str, Any]) -> JobSpec:
         sandbox=sandbox,
         autoscale=autoscale_from_options(*(values[f"autoscale{part}"] for part in AUTOSCALE_OPTIONS)),
     ).check()
-
-
-def runs_python_with_site(argv: tuple[str, ...]) -> bool:
-    """``argv`` runs a Python (python, python3, python3.12, a path to one) that loads sitecustomize from
-    PYTHONPATH: none of its options before the script turns that off (-I, -S, -E)."""
-    if not argv or not _PYTHON.fullmatch(argv[0].rsplit("/", 1)[-1]):
-        return False
-    args = iter(argv[1:])
-    for arg in args:
-        if arg == "-" or arg.startswith("--") or not arg.startswith("-"):
-            return True  # the script, or a long option: none of them turns the site hook off
-        for k, flag in enumerate(arg[1:], start=1):
-            if flag in "ISE":
-                return False
-            if flag in "mc":  # the rest is the program
-                return True
-            if flag in "WX":  # takes a value: the rest of this word, or the next word
-                if k == len(arg) - 1:
-                    next(args, None)
-                break
-    return True

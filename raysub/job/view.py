@@ -5,12 +5,15 @@ are the manifest's.
 """
 
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from raysub.protocol import UnitKind, file_mode_for_logs, step_sources
-from raysub.spec import DEFAULT_FORWARD_SIGNAL, JobSpec, PortBlocks, runs_python_with_site
+from raysub.spec import DEFAULT_FORWARD_SIGNAL, JobSpec, PortBlocks
+
+_PYTHON = re.compile(r"python(\d+(\.\d+)?)?")
 
 
 @dataclass(frozen=True)
@@ -259,3 +262,24 @@ class JobView:
         timing = self.spec.timing
         keeping = math.ceil(timing.keep_ray_logs_s) if self.spec.keep_ray_logs > 0 else 0
         return timing.leave_s + keeping
+
+
+def runs_python_with_site(argv: tuple[str, ...]) -> bool:
+    """``argv`` runs a Python (python, python3, python3.12, a path to one) that loads sitecustomize from
+    PYTHONPATH: none of its options before the script turns that off (-I, -S, -E)."""
+    if not argv or not _PYTHON.fullmatch(argv[0].rsplit("/", 1)[-1]):
+        return False
+    args = iter(argv[1:])
+    for arg in args:
+        if arg == "-" or arg.startswith("--") or not arg.startswith("-"):
+            return True  # the script, or a long option: none of them turns the site hook off
+        for k, flag in enumerate(arg[1:], start=1):
+            if flag in "ISE":
+                return False
+            if flag in "mc":  # the rest is the program
+                return True
+            if flag in "WX":  # takes a value: the rest of this word, or the next word
+                if k == len(arg) - 1:
+                    next(args, None)
+                break
+    return True

@@ -12,8 +12,8 @@ import pytest
 from raysub import protocol
 from raysub.job.programs import driver_gate
 from raysub.job.render import node_library
-from raysub.job.view import JobView
-from raysub.spec import JobSpec, Sandbox, runs_python_with_site
+from raysub.job.view import JobView, runs_python_with_site
+from raysub.spec import JobSpec, Sandbox
 
 GATE = dict(node_library())[f"{protocol.NODE_PYTHON_DIR}/{protocol.DRIVER_GATE_DIR}/sitecustomize.py"]
 DRIVER = """
