@@ -14,7 +14,7 @@ from raysub import protocol, slurm
 from raysub.job.grow import Grow, render_grow
 from raysub.jobs import Job
 from raysub.protocol import grow_jobs as grow_jobs_file
-from raysub.protocol.grow_jobs import GrowMark
+from raysub.protocol.grow_jobs import By, GrowMark
 
 
 class GrowError(RuntimeError):
@@ -26,7 +26,7 @@ class GrowJob:
     job_id: str
     nodes: int
     state: str  # Slurm's (PENDING, RUNNING, ...), or UNKNOWN once Slurm forgot it
-    by: str  # "grow" (raysub grow) or "autoscale" (Ray's autoscaler, --autoscale)
+    by: By  # raysub grow, or Ray's autoscaler (--autoscale)
 
 
 def _why_not(job: Job) -> str | None:
@@ -55,7 +55,7 @@ def grow(job: Job, request: Grow) -> str:
     if why is not None:
         raise GrowError(why)
     try:
-        grow_jobs_file.grow_directory(job.logs.path)
+        grow_jobs_file.grow_directory(job.logs.path)  # before sbatch: Slurm writes the job's output there
     except PermissionError as error:
         raise GrowError(str(error)) from None
     with tempfile.TemporaryDirectory(prefix="raysub-grow-") as tmp:

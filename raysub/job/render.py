@@ -203,7 +203,7 @@ def code_lines(source: str) -> str:
 
 def shipped_text(module: Path) -> str:
     """A raysub module as a job ships it: its code_lines, after a line naming the source that has the rest. A
-    job script is read for its bash; comments, blank lines and docstrings were half of its Python."""
+    job script is read for its bash; comments, blank lines and docstrings were over a third of its Python."""
     where = module.relative_to(Path(__file__).resolve().parents[2])
     return (
         f"# {where} of raysub {__version__}, less its comments, blank lines and docstrings.\n"

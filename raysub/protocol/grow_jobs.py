@@ -1,6 +1,6 @@
 """LOG_DIR/grow/<id>.job: a job's grow jobs, one file each, written as each is submitted (so that one still in
 the queue is known too) by raysub grow or by the autoscaler's node provider (--autoscale). One line:
-'<nodes> <by> <submitted, epoch seconds>'; a file of raysub grow before --autoscale holds '<nodes>' alone."""
+'<nodes> <by> <submitted, epoch seconds>'."""
 
 from __future__ import annotations
 
@@ -51,13 +51,11 @@ def write(log_dir: Path, mark: GrowMark) -> None:
 def _read(path: Path) -> GrowMark | None:
     job_id = path.name.removesuffix(MARK)
     try:
-        fields = path.read_text(errors="replace").split()
-        submitted = float(fields[2]) if len(fields) > 2 else path.stat().st_mtime
-        nodes = int(fields[0])
-    except (OSError, ValueError, IndexError):
+        nodes, by, submitted = path.read_text(errors="replace").split()
+        mark = GrowMark(job_id, int(nodes), "autoscale" if by == "autoscale" else "grow", float(submitted))
+    except (OSError, ValueError):
         return None
-    by: By = "autoscale" if fields[1:2] == ["autoscale"] else "grow"
-    return GrowMark(job_id, nodes, by, submitted) if job_id.isdigit() and nodes > 0 else None
+    return mark if job_id.isdigit() and mark.nodes > 0 else None
 
 
 def read_all(log_dir: Path) -> list[GrowMark]:
