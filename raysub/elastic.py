@@ -4,6 +4,7 @@ their release. Each grow job is listed in the grown job's LOG_DIR/grow/ (raysub/
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import tempfile
 import time
@@ -11,10 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from raysub import protocol, slurm
-from raysub.job.grow import Grow, render_grow
+from raysub.job.grow import GROW_DRAIN_S, GROW_LEAVE_S, Grow, render_grow
 from raysub.jobs import Job
 from raysub.protocol import grow_jobs as grow_jobs_file
-from raysub.protocol.grow_jobs import By, GrowMark
+from raysub.protocol.grow_jobs import By, GrowMark, Leave, leave_path, read_leave
 
 
 class GrowError(RuntimeError):
@@ -78,30 +79,117 @@ def grow_jobs(job: Job) -> list[GrowJob]:
     ]
 
 
-def shrink(job: Job, job_ids: tuple[str, ...] = (), nodes: int | None = None) -> list[GrowJob]:
-    """Cancels grow jobs of ``job``: those named, else the newest until ``nodes`` nodes are released, else
-    all; the ones cancelled. GrowError for a named job that is not one of its grow jobs."""
-    live = [grown for grown in grow_jobs(job) if grown.state in ("PENDING", "RUNNING", "CONFIGURING")]
+LIVE = ("PENDING", "RUNNING", "CONFIGURING")
+SHRINK_LOOK_S = 2  # how often raysub shrink asks Slurm whether a draining grow job has left
+
+
+def _chosen(job: Job, job_ids: tuple[str, ...], nodes: int | None) -> list[GrowJob]:
+    known = grow_jobs(job)
     if job_ids:
-        known = {grown.job_id: grown for grown in grow_jobs(job)}
-        unknown = [job_id for job_id in job_ids if job_id not in known]
+        by_id = {grown.job_id: grown for grown in known}
+        unknown = [job_id for job_id in job_ids if job_id not in by_id]
         if unknown:
             raise GrowError(
                 f"{', '.join(unknown)}: not a grow job of job {job.job_id} (raysub shrink --list shows them)"
             )
-        chosen = [known[job_id] for job_id in job_ids]
-    elif nodes is not None:
-        chosen, released = [], 0
-        for grown in reversed(live):
-            if released >= nodes:
-                break
-            chosen.append(grown)
-            released += grown.nodes
-    else:
-        chosen = live
-    for grown in chosen:
-        try:
-            slurm.cancel(grown.job_id)
-        except slurm.SlurmError as error:
-            raise GrowError(str(error)) from error
+        return [by_id[job_id] for job_id in job_ids]
+    live = [grown for grown in known if grown.state in LIVE]
+    if nodes is None:
+        return live
+    chosen, released = [], 0
+    for grown in reversed(live):
+        if released >= nodes:
+            break
+        chosen.append(grown)
+        released += grown.nodes
     return chosen
+
+
+def _cancel(grown: GrowJob) -> None:
+    try:
+        slurm.cancel(grown.job_id)
+    except slurm.SlurmError as error:
+        raise GrowError(str(error)) from error
+
+
+def shrink(
+    job: Job, job_ids: tuple[str, ...] = (), nodes: int | None = None, drain: float = GROW_DRAIN_S
+) -> list[GrowJob]:
+    """Ends grow jobs of ``job``: those named, else the newest until ``nodes`` nodes are released, else all;
+    the ones ended. A running one's nodes first leave Ray through its drain (its leave file), with ``drain``
+    seconds for what runs there; it is cancelled when it has not left the queue by then. GrowError for a
+    named job that is not one of its grow jobs."""
+    chosen = _chosen(job, job_ids, nodes)
+    deadline = time.time() + drain
+    draining = [grown for grown in chosen if grown.state == "RUNNING" and drain > 0]
+    for grown in draining:
+        grow_jobs_file.write_leave(job.logs.path, grown.job_id, Leave(deadline, "raysub shrink"))
+    for grown in chosen:
+        if grown not in draining:
+            _cancel(grown)
+    while draining and time.time() < deadline + GROW_LEAVE_S:
+        time.sleep(SHRINK_LOOK_S)
+        draining = [grown for grown in draining if slurm.job_state(grown.job_id).state in LIVE]
+    for grown in draining:
+        _cancel(grown)
+    return chosen
+
+
+# The first line a grow node's worker script logs (templates/lib.sh.j2's log): "<time> raysub worker <k> on
+# <host>: ...".
+_NODE_LOG_HOST = re.compile(r"^\S+ raysub worker \S+ on (\S+): ", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class Member:
+    """A grow job as a member of the cluster: queued, joining, up, draining or gone, with what explains it
+    (Slurm's pending reason, how many nodes are in Ray, why it leaves) and its nodes."""
+
+    job_id: str
+    by: By
+    nodes: int
+    state: str
+    detail: str
+    hosts: list[str]
+
+    def describe(self) -> str:
+        where = f" ({' '.join(self.hosts)})" if self.hosts else ""
+        said = f": {self.detail}" if self.detail else ""
+        return f"grow job {self.job_id} ({self.by}): {self.nodes} node(s){where}, {self.state}{said}"
+
+
+def _hosts(log_dir: Path, job_id: str) -> list[str]:
+    hosts = []
+    for log in sorted((log_dir / protocol.GROW_DIR / job_id).glob("worker-*.log")):
+        try:
+            with log.open(errors="replace") as text:
+                found = _NODE_LOG_HOST.search(text.read(4096))
+        except OSError:
+            continue
+        if found:
+            hosts.append(found[1])
+    return hosts
+
+
+def members(job: Job, joined: set[str]) -> list[Member]:
+    """Each grow job of ``job``, oldest first, as a member of its cluster: one squeue call for all of them;
+    ``joined``, the nodes in Ray as the head's counter last saw them."""
+    marks = grow_jobs_file.read_all(job.logs.path)
+    queued = slurm.queue_states([mark.job_id for mark in marks])
+    found = []
+    for mark in marks:
+        hosts = _hosts(job.logs.path, mark.job_id)
+        leave = read_leave(leave_path(job.logs.path, mark.job_id))
+        slurm_state = queued.get(mark.job_id)
+        if slurm_state is None:
+            state, detail = "gone", f"left Ray: {leave.why}" if leave else "not in Slurm's queue"
+        elif slurm_state.state == "PENDING":
+            state, detail = "queued", slurm_state.pending or ""
+        elif leave is not None:
+            state, detail = "draining", leave.why
+        else:
+            up = len(joined.intersection(hosts))
+            state = "up" if up >= mark.nodes else "joining"
+            detail = f"{up} of {mark.nodes} in Ray" if state == "joining" else ""
+        found.append(Member(mark.job_id, mark.by, mark.nodes, state, detail, hosts))
+    return found

@@ -253,6 +253,9 @@ MARKED = {
     protocol.PHASE_DRIVER_RESTART: "driver restarts",
     protocol.PHASE_DRIVER_END: "driver ends, exit status",
     protocol.PHASE_ENDED: "ENDED",
+    protocol.PHASE_GROW_SUBMITTED: "grow job submitted",
+    protocol.PHASE_WORKER_LEFT: "node left Ray",
+    protocol.PHASE_WORKER_JOINED: "a grow job's node joined Ray",  # only those: not the job's own nodes
 }
 MARK_RADIUS = 7
 ROW = 24  # the bring-up chart's height per node
@@ -278,7 +281,12 @@ class Mark:
 
 
 def _marks(job: JobRun) -> list[Mark]:
-    marked = [event for event in job.events if event.phase in MARKED]
+    own = set(job.nodes)
+    marked = [
+        event
+        for event in job.events
+        if event.phase in MARKED and not (event.phase == protocol.PHASE_WORKER_JOINED and event.detail in own)
+    ]
     return [
         Mark(k, e.t, e.phase, f"{MARKED[e.phase]}: {e.detail}" if e.detail else MARKED[e.phase], e.node)
         for k, e in enumerate(sorted(marked, key=lambda e: e.t), start=1)

@@ -77,6 +77,20 @@ def squeue_state(line: str) -> SlurmState:
     return SlurmState(state, None, "squeue", reason or None, known)
 
 
+def queue_states(job_ids: list[str]) -> dict[str, SlurmState]:
+    """Slurm's state of each of ``job_ids`` still in its queue, by one squeue call; a job it has let go is
+    not there."""
+    if not job_ids:
+        return {}
+    queued = _run("squeue", "-h", "-j", ",".join(job_ids), "-o", "%i|%T|%r|%S") or ""
+    states = {}
+    for line in queued.splitlines():
+        job_id, _, rest = line.strip().partition("|")
+        if job_id in job_ids:
+            states[job_id] = squeue_state(rest)
+    return states
+
+
 def job_state(job_id: str) -> SlurmState:
     """squeue first (one cheap call while the job is queued or running), then scontrol, then sacct."""
     queued = _run("squeue", "-h", "-j", job_id, "-o", "%T|%r|%S")

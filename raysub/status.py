@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 
 from raysub import protocol, slurm
+from raysub.elastic import Member, members
 from raysub.jobs import Job
 from raysub.protocol import topology_log
 from raysub.protocol.preflight_log import read_checks
@@ -102,6 +103,8 @@ class Status:
     # Where each node sits (--topology): {node: {"switch", "block", "nvlink_domain", "rank"}}, in the
     # nodes' order; a value a node could not find is null.
     topology: dict[str, dict[str, object]] = field(default_factory=dict)
+    # The job's grow jobs (raysub grow, --autoscale) as members of its cluster (raysub/elastic.py's Member).
+    members: list[dict[str, object]] = field(default_factory=list)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
@@ -131,6 +134,9 @@ class Status:
             groups.setdefault(f"{place}, NVLink {where['nvlink_domain'] or 'per node'}", []).append(node)
         if groups:
             lines.append("topology: " + "; ".join(f"{k}: {' '.join(v)}" for k, v in groups.items()))
+        if self.members:
+            lines.append("grow jobs (members of the cluster besides the job's own nodes):")
+            lines += [f"  {Member(**member).describe()}" for member in self.members]  # type: ignore[arg-type]
         lines += [f"warning: {warning}" for warning in self.warnings]
         if self.ended:
             lines.append(f"ENDED: {self.ended}")
@@ -212,6 +218,7 @@ def read_status(job: Job, slurm: SlurmState, now: float) -> Status:
         warnings=[f"GPUs idle: {e.detail}" for e in events if e.phase == protocol.PHASE_GPU_IDLE]
         + preflight_warnings(job),
         topology=node_topology(job, [e.node for e in entries]),
+        members=[asdict(member) for member in members(job, joined)],
     )
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 import click
 
 from raysub.cli.options import find_job, job_options, json_option
-from raysub.job.grow import DEFAULT_NODES
+from raysub.job.grow import DEFAULT_NODES, GROW_DRAIN_S
 
 
 @click.command()
@@ -68,6 +68,15 @@ def grow(
     type=click.IntRange(min=1),
     help="End the newest grow jobs until this many nodes leave.",
 )
+@click.option(
+    "--drain",
+    type=click.FloatRange(min=0),
+    default=GROW_DRAIN_S,
+    show_default=True,
+    metavar="SECONDS",
+    help="How long a running grow job's nodes have to leave Ray through its drain (no new work there; what "
+    "runs may finish) before scancel; 0: scancel at once.",
+)
 @click.option("--list", "only_list", is_flag=True, help="Only list JOB's grow jobs and their state.")
 @json_option("the grow jobs")
 def shrink(
@@ -76,15 +85,19 @@ def shrink(
     attempt: int | None,
     job_ids: tuple[str, ...],
     count: int | None,
+    drain: float,
     only_list: bool,
     as_json: bool,
 ) -> None:
-    """End grow jobs of JOB (raysub grow): the ones named with --job, else the newest until --nodes nodes
-    leave, else all of them. Their nodes leave Ray; JOB goes on.
+    """End grow jobs of JOB (raysub grow, --autoscale): the ones named with --job, else the newest until
+    --nodes nodes leave, else all of them. A running one's nodes leave Ray through Ray's drain, as a
+    preemption (Ray places nothing new there and records why they left), within --drain seconds; then
+    its job ends. One still queued is cancelled. JOB goes on.
 
     \b
     Example:
       raysub shrink 4711 --nodes 2
+      raysub shrink 4711 --job 4790 --drain 300
       raysub shrink 4711 --list
     """
     import json
@@ -95,7 +108,7 @@ def shrink(
 
     found = find_job(job, base, attempt)
     try:
-        listed = grow_jobs(found) if only_list else end_grow_jobs(found, job_ids, count)
+        listed = grow_jobs(found) if only_list else end_grow_jobs(found, job_ids, count, drain)
     except GrowError as error:
         raise click.ClickException(str(error)) from error
     if as_json:

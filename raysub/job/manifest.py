@@ -84,6 +84,16 @@ def _join_args(spec: JobView) -> list[str]:
     return ['--address-file="$JOIN_FILE"', *timing_args(spec.timing, "join")]
 
 
+def _leave_args(spec: JobView) -> list[str]:
+    return [
+        '--address="$address"',
+        '--file="$LEAVE_FILE"',
+        '--temp-dir="$TEMP_DIR"',
+        '--ip="$ip"',
+        '--job="${SLURM_JOB_ID:-?}"',
+    ]
+
+
 def _preflight_args(spec: JobView) -> list[str]:
     return [
         '--log-dir="$LOG_DIR"',
@@ -196,6 +206,13 @@ MANIFEST = (
         lambda spec: spec.workers > 0,
         _join_args,
         "a worker's first 'ray start', Ray loaded while the head starts",
+    ),
+    Program(
+        "leave",
+        WORKER,
+        lambda spec: spec.workers > 0,
+        _leave_args,
+        "a grow job's node leaving Ray through its drain (raysub shrink, Slurm's warning signal)",
     ),
     Program("preflight", NODE_BASH, lambda spec: spec.preflights, _preflight_args, "the GPU preflight gate"),
     Program(

@@ -14,6 +14,7 @@ import jinja2
 
 from raysub import __version__, protocol, slurm
 from raysub.job import manifest
+from raysub.job.grow import GROW_DRAIN_S, GROW_LEAVE_S, GROW_WARN_S
 from raysub.job.view import LARGE_SCALE, JobView
 from raysub.protocol import preflight_log
 from raysub.spec import (
@@ -211,8 +212,6 @@ def shipped_text(module: Path) -> str:
     )
 
 
-# A grow job's nodes see the grown job's ENDED within about a second; its step is ended this long after.
-GROW_LEAVE_S = 8
 GROW_RANK_BASE = 1001  # a grow job's nodes' topology ranks start here (the job's own stay below)
 
 
@@ -226,6 +225,8 @@ def grow_script(log_dir: str | None, **sbatch: Any) -> str:
         files=protocol.template_names(),
         log_dir=log_dir,
         leave_s=GROW_LEAVE_S,
+        warn_s=GROW_WARN_S,
+        drain_s=GROW_DRAIN_S,
         rank_base=GROW_RANK_BASE,
         **values,
     )

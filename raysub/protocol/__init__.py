@@ -98,6 +98,9 @@ PHASE_JOB_START = "job_start"  # batch script
 PHASE_CANARY_OK = "canary_ok"  # every node
 PHASE_HEAD_READY = "head_ready"  # head; detail: the address
 PHASE_WORKER_JOINED = "worker_joined"  # head sidecar; detail: the node that joined Ray
+PHASE_WORKER_LEFT = "worker_left"  # head sidecar; detail: the node that left Ray (a grow job's, a failed one)
+# raysub grow or the autoscaler's node provider; detail: "<grow job id>: <n> node(s), by <grow|autoscale>".
+PHASE_GROW_SUBMITTED = "grow_submitted"
 PHASE_SANDBOX_READY = "sandbox_ready"  # each sandbox node
 PHASE_DRIVER_START = "driver_start"  # head
 PHASE_DRIVER_END = "driver_end"  # head; detail: the exit status
@@ -199,6 +202,8 @@ STEP_ENV = "step_env"
 # raysub grow's directory: each grow job's batch output, GROW_DIR/<its job id>.out, and its nodes' logs,
 # GROW_DIR/<its job id>/worker-<k>.log.
 GROW_DIR = "grow"
+# GROW_DIR/<its job id>.leave: a grow job's nodes leave Ray through its drain (raysub/protocol/grow_jobs.py).
+GROW_LEAVE = ".leave"
 # --autoscale: the batch script of the grow jobs Ray's autoscaler asks for (one node each), the autoscaler's
 # config (AUTOSCALE_DIR/AUTOSCALE_CONFIG, the owner's alone) and what its node provider did (AUTOSCALE_LOG).
 GROW_SCRIPT = "grow.sub"

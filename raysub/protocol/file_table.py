@@ -30,6 +30,7 @@ from raysub.protocol import (
     ENDED,
     ENV_CANARY,
     GROW_DIR,
+    GROW_LEAVE,
     GROW_SCRIPT,
     HEAD_LOG,
     HEAD_SCRIPT,
@@ -216,6 +217,14 @@ FILES = (
         "one grow job each: more nodes for this job's Ray, as a job of their own (docs/elastic.md)",
         _LOG_MODE_DOC,
         "`raysub shrink`: the grow jobs there are; people: what a grow job's nodes did",
+    ),
+    FileDoc(
+        (f"{GROW_DIR}/<growjob>{GROW_LEAVE}",),
+        "`raysub shrink`; the grow job's batch script on Slurm's warning signal "
+        "(`raysub/protocol/grow_jobs.py`)",
+        "`<deadline, epoch seconds> <why>`: the grow job's nodes leave Ray through Ray's drain by then",
+        _LOG_MODE_DOC,
+        "each node of that grow job (`leave.py`), which then asks Ray to drain it",
     ),
     FileDoc(
         (STEP_SOURCES,),

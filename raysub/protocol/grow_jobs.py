@@ -1,17 +1,30 @@
 """LOG_DIR/grow/<id>.job: a job's grow jobs, one file each, written as each is submitted (so that one still in
 the queue is known too) by raysub grow or by the autoscaler's node provider (--autoscale). One line:
-'<nodes> <by> <submitted, epoch seconds>'."""
+'<nodes> <by> <submitted, epoch seconds>'.
+
+LOG_DIR/grow/<id>.leave: grow job <id>'s nodes are to leave Ray through Ray's drain, by a deadline. One line:
+'<deadline, epoch seconds> <why>'. Written by raysub shrink, and by the grow job's batch script (bash, on
+Slurm's warning signal: templates/grow.sub.j2); read by the node program leave.py on each of its nodes."""
 
 from __future__ import annotations
 
 import os
 import re
+import socket
 import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from raysub.protocol import GROW_DIR, STEP_ENV, log_file_mode, write_atomic
+from raysub.protocol import (
+    GROW_DIR,
+    GROW_LEAVE,
+    PHASE_GROW_SUBMITTED,
+    STEP_ENV,
+    append_timeline,
+    log_file_mode,
+    write_atomic,
+)
 
 MARK = ".job"
 # The line of LOG_DIR/step_env (the batch script's record_step_env, bash's declare -p) that names the job's
@@ -43,9 +56,12 @@ def grow_directory(log_dir: Path) -> Path:
 
 
 def write(log_dir: Path, mark: GrowMark) -> None:
-    """``mark`` into LOG_DIR/grow/<its job id>.job, with the mode of LOG_DIR's logs."""
+    """``mark`` into LOG_DIR/grow/<its job id>.job, with the mode of LOG_DIR's logs, and its submission on
+    the job's timeline."""
     text = f"{mark.nodes} {mark.by} {mark.submitted:.0f}\n"
     write_atomic(grow_directory(log_dir) / f"{mark.job_id}{MARK}", text, log_file_mode(log_dir))
+    detail = f"{mark.job_id}: {mark.nodes} node(s), by {mark.by}"
+    append_timeline(log_dir, PHASE_GROW_SUBMITTED, socket.gethostname(), detail)
 
 
 def _read(path: Path) -> GrowMark | None:
@@ -76,3 +92,31 @@ def env_names(log_dir: Path) -> list[str]:
     except OSError:
         return []
     return re.findall(r'\[\d+\]="(\w+)"', found.group(1)) if found else []
+
+
+@dataclass(frozen=True)
+class Leave:
+    """Why a grow job's nodes leave Ray, and by when (epoch seconds) each must be gone."""
+
+    deadline: float
+    why: str
+
+
+def leave_path(log_dir: Path, job_id: str) -> Path:
+    return log_dir / GROW_DIR / f"{job_id}{GROW_LEAVE}"
+
+
+def write_leave(log_dir: Path, job_id: str, leave: Leave) -> None:
+    """Tells grow job ``job_id``'s nodes to leave (the first word wins: a later call changes nothing)."""
+    path = leave_path(log_dir, job_id)
+    if read_leave(path) is None:
+        write_atomic(path, f"{leave.deadline:.0f} {leave.why}\n", log_file_mode(log_dir))
+
+
+def read_leave(path: Path) -> Leave | None:
+    """The leave file at ``path``; None when there is none, or not a whole one."""
+    try:
+        deadline, _, why = path.read_text(errors="replace").strip().partition(" ")
+        return Leave(float(int(deadline)), why.strip() or "no reason given")
+    except (OSError, ValueError):
+        return None

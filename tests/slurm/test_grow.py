@@ -5,8 +5,10 @@ the autoscaler's node provider has submitted two grow jobs (node3, node4), whose
 value (which LOG_DIR never holds); once the group is gone and they idle past --autoscale-idle 20, they are
 released and leave the queue. raysub grow then adds two nodes by hand; a task sees 4 nodes, and the grow
 nodes carry their own job's label. A task running on a grow node when that job is cancelled is retried by
-Ray on the job's own nodes, the driver goes on and the job's ENDED is not written. A second grow job ends
-within 10 s of the job it grows, which ends with its driver's exit code. A worker started by hand with
+Ray on the job's own nodes, the driver goes on and the job's ENDED is not written. Two more grow jobs
+leave through Ray's drain: raysub shrink's while a task runs there (it finishes there), the other on
+Slurm's warning signal; Ray records each node's death as a preemption, with the reason. A last grow job
+ends within 10 s of the job it grows, which ends with its driver's exit code. A worker started by hand with
 another token is refused by Ray."""
 
 import json
@@ -76,17 +78,43 @@ DRIVER = textwrap.dedent(
     print("nodes", json.dumps({"task_saw": ray.get(count.remote()), "grown": len(grown)}), flush=True)
 
     @ray.remote(num_cpus=0, max_retries=3)
-    def long(marker):
+    def long(marker, first=60):
         ip = ray.util.get_node_ip_address()
         with open(marker, "a") as out:
             out.write(ip + "\\n")
-        time.sleep(60 if len(pathlib.Path(marker).read_text().split()) == 1 else 0)
+        time.sleep(first if len(pathlib.Path(marker).read_text().split()) == 1 else 0)
         return ip
 
     on_grown = NodeAffinitySchedulingStrategy(grown[0]["NodeID"], soft=True)
     ran = ray.get(long.options(scheduling_strategy=on_grown).remote(str(here / "attempts")))
     print("long", json.dumps({"finished_on": ran}), flush=True)
     (here / "retried").touch()
+
+    # Leaving through Ray's drain: a task running on the grow node of raysub shrink finishes there, the
+    # other grow node (Slurm's warning signal) is idle; each node's death says why it left.
+    def of_job(grow_job):
+        labelled = [n for n in alive() if n.get("Labels", {}).get("raysub/job") == grow_job]
+        return labelled[0]["NodeID"] if labelled else None
+
+    while not (here / "drain_jobs").exists():
+        time.sleep(0.2)
+    shrunk, warned = (here / "drain_jobs").read_text().split()
+    deadline = time.time() + 150
+    while not (of_job(shrunk) and of_job(warned)) and time.time() < deadline:
+        time.sleep(0.5)
+    nodes = {shrunk: of_job(shrunk), warned: of_job(warned)}
+    on_shrunk = NodeAffinitySchedulingStrategy(nodes[shrunk], soft=True)
+    ran = ray.get(long.options(scheduling_strategy=on_shrunk).remote(str(here / "draining"), 6))
+    while any(n["Alive"] for n in ray.nodes() if n["NodeID"] in nodes.values()) and time.time() < deadline:
+        time.sleep(0.2)
+    gone = {n["NodeID"]: n for n in ray.nodes() if n["NodeID"] in nodes.values() and not n["Alive"]}
+    why = {
+        job: [gone[node].get("DeathReason"), gone[node].get("DeathReasonMessage")]
+        for job, node in nodes.items() if node in gone
+    }
+    attempts = len((here / "draining").read_text().split())
+    print("drained", json.dumps({"finished_on": ran, "attempts": attempts, "why": why}), flush=True)
+    (here / "drained").touch()
     while not (here / "end").exists():
         time.sleep(0.2)
     sys.exit(5)
@@ -99,6 +127,8 @@ def said(log: str, key: str) -> dict[str, object]:
     return json.loads(line.removeprefix(f"{key} "))  # type: ignore[no-any-return]
 
 
+# The leave file's reason on Slurm's warning signal (templates/grow.sub.j2).
+WARNED = "Slurm's warning signal (its time limit or a preemption)"
 SECRET = "s3cr3t-grow-4712"  # noqa: S105 (a made-up --env value the test looks for)
 
 
@@ -152,11 +182,35 @@ def test_a_grow_job_adds_nodes_leaves_without_ending_the_job_and_ends_with_it(
     # The grow job is cancelled while the long task runs on one of its nodes: Ray runs it again elsewhere,
     # the driver goes on, and the job goes on.
     minicluster.run("scancel", str(first))
-    # A second grow job, for the end: it starts on node3 once the first has left it.
+    # Two grow jobs of one node, to leave through Ray's drain: they start once the first has left.
     second = grow(minicluster, slurm_tmp, job_id, "--nodes", "1", "--sbatch-arg=--nodelist=node3")
+    third = grow(minicluster, slurm_tmp, job_id, "--nodes", "1", "--sbatch-arg=--nodelist=node4")
+    (slurm_tmp / "drain_jobs.tmp").write_text(f"{second} {third}\n")
+    (slurm_tmp / "drain_jobs.tmp").rename(slurm_tmp / "drain_jobs")
     wait_for(slurm_tmp / "retried", timeout=120)
     finished_on = said(logs.driver_log.read_text(), "long")["finished_on"]
     assert finished_on in ("198.18.0.11", "198.18.0.12"), finished_on
+    assert not logs.ended.exists(), logs.ended.read_text()
+    # raysub shrink drains the second while a task runs there, and returns once its job has left the queue;
+    # Slurm's warning signal (as its time limit nears; here by hand) drains the third, whose job then ends.
+    wait_for(slurm_tmp / "draining", timeout=120)
+    minicluster.run("scancel", "--batch", "--signal=USR1", third)
+    shrunk = minicluster.run("raysub", "shrink", str(job_id), "--log-dir", str(slurm_tmp), "--job", second)
+    assert f"ended grow job {second}" in shrunk.stdout, shrunk.stdout
+    assert not minicluster.is_queued(second)
+    # A last grow job, for the end: on node4 once the third has left it.
+    last = grow(minicluster, slurm_tmp, job_id, "--nodes", "1", "--sbatch-arg=--nodelist=node4")
+    wait_for(slurm_tmp / "drained", timeout=90)
+    drained = said(logs.driver_log.read_text(), "drained")
+    preempted = 3  # NodeDeathInfo.AUTOSCALER_DRAIN_PREEMPTED
+    assert drained == {
+        "finished_on": "198.18.0.13",  # node3: not run again elsewhere
+        "attempts": 1,
+        "why": {
+            second: [preempted, f"raysub grow job {second} leaves: raysub shrink"],
+            third: [preempted, f"raysub grow job {third} leaves: {WARNED}"],
+        },
+    }, job_report(minicluster, slurm_tmp, job_id)
     assert not logs.ended.exists(), logs.ended.read_text()
     listed = json.loads(
         minicluster.run(
@@ -164,7 +218,7 @@ def test_a_grow_job_adds_nodes_leaves_without_ending_the_job_and_ends_with_it(
         ).stdout
     )
     by_hand = [(entry["job_id"], entry["nodes"]) for entry in listed if entry["by"] == "grow"]
-    assert by_hand == [(first, 2), (second, 1)]
+    assert by_hand == [(first, 2), (second, 1), (third, 1), (last, 1)]
     assert sorted(entry["job_id"] for entry in listed if entry["by"] == "autoscale") == [
         m.job_id for m in scaled
     ]
@@ -185,13 +239,23 @@ def test_a_grow_job_adds_nodes_leaves_without_ending_the_job_and_ends_with_it(
     output = f"{refused.value.stdout}{refused.value.stderr}"
     assert refused.value.returncode != 124, output  # refused, not left waiting
     assert "auth" in output.lower(), output
-    # The second grow job ends with the job it grows: within 10 s of the job's end, none is left in the queue.
-    wait_for(grow_dir / second / "worker-0.log", timeout=60)
+    # raysub status lists the grow jobs as members of the cluster: the last one up on node4 (waited for).
+    status = ["raysub", "status", str(job_id), "--log-dir", str(slurm_tmp), "--json"]
+    deadline = time.monotonic() + 90
+    while True:
+        members = {m["job_id"]: m for m in json.loads(minicluster.run(*status).stdout)["members"]}
+        if members[last]["state"] == "up" or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert (members[last]["state"], members[last]["hosts"]) == ("up", ["node4"]), members[last]
+    assert (members[second]["state"], members[second]["detail"]) == ("gone", "left Ray: raysub shrink")
+    assert [members[m.job_id]["state"] for m in scaled] + [members[first]["state"]] == ["gone"] * 3
+    # The last grow job ends with the job it grows: within 10 s of the job's end, none is left in the queue.
     (slurm_tmp / "end").touch()
     result = minicluster.wait(job_id)
     ended = time.monotonic()
     assert (result.state, result.exit_code) == ("FAILED", 5), job_report(minicluster, slurm_tmp, job_id)
-    while minicluster.is_queued(second):
-        assert time.monotonic() - ended < 10, f"grow job {second} still queued 10 s after the job ended"
+    while minicluster.is_queued(last):
+        assert time.monotonic() - ended < 10, f"grow job {last} still queued 10 s after the job ended"
         time.sleep(0.2)
     assert_clean(minicluster, job_id)

@@ -150,6 +150,7 @@ def test_every_file_of_log_dir_is_in_the_table() -> None:
             "NODE_LOG_DIR",
             "RAY_LOGS_DIR",  # documented by the patterns of what it holds
             "TOPOLOGY_DIR",
+            "GROW_LEAVE",  # a suffix: documented as grow/<growjob>.leave
         ):
             assert value in documented, f"protocol.{name} ({value}) is not in file_table.FILES"
 

@@ -25,9 +25,11 @@ from raysub.protocol import (
     PHASE_DRIVER_RESTART,
     PHASE_DRIVER_START,
     PHASE_ENDED,
+    PHASE_GROW_SUBMITTED,
     PHASE_HEAD_READY,
     PHASE_JOB_START,
     PHASE_WORKER_JOINED,
+    PHASE_WORKER_LEFT,
     TIMELINE,
     TimelineEvent,
     trainer_progress,
@@ -458,3 +460,24 @@ def test_the_report_draws_the_step_the_trainer_reported_over_the_drivers_text(tm
     [line] = re.findall(r'<polyline stroke="#1f77b4" points="([^"]*)"', svg_of(page, "steps"))
     assert len(line.split()) == 7
     assert "Throughput (tokens/s), as the trainer reported it" in page
+
+
+def test_the_report_marks_the_clusters_growth_but_not_its_own_nodes_joining(tmp_path: Path) -> None:
+    logs, points = titan_job(tmp_path)
+    middle = (points[2].t or 0.0) + UTC_PLUS_2
+    with logs.file(TIMELINE).open("a") as timeline:
+        timeline.write(
+            event(middle, PHASE_GROW_SUBMITTED, "login1", "4790: 1 node(s), by autoscale")
+            + event(middle + 40, PHASE_WORKER_JOINED, detail="node3")
+            + event(middle + 900, PHASE_WORKER_LEFT, detail="node3")
+        )
+    page = render_report("raysub job 4715", [], None, read_job_run(logs))
+    events = re.findall(r"<td>(\d*)</td><td>[^<]*</td><td>[^<]*</td><td>([^<]*)</td><td>([^<]*)</td>", page)
+    assert [(what, node) for number, what, node in events if number] == [
+        ("driver starts", "node1"),
+        ("grow job submitted: 4790: 1 node(s), by autoscale", "login1"),
+        ("a grow job&#x27;s node joined Ray: node3", "node1"),
+        ("node left Ray: node3", "node1"),
+        ("driver ends, exit status: 1", "node1"),
+        ("ENDED: driver exited with status 1", "node1"),
+    ]

@@ -2,10 +2,14 @@
 
 import sys
 import types
+from functools import partial
+from pathlib import Path
 
 import pytest
 
-from raysub.job.lib.counter import collapse_known, loaded_ray_version
+from raysub import protocol
+from raysub.job.lib import gcs
+from raysub.job.lib.counter import Counter, collapse_known, loaded_ray_version
 from raysub.job.programs.units import parse
 
 
@@ -42,3 +46,19 @@ def test_a_ray_module_that_does_not_say_its_version_is_no_error(monkeypatch: pyt
     stated.__version__ = "2.56.0"  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "ray", stated)
     assert loaded_ray_version() == "2.56.0"
+
+
+def test_the_counter_puts_each_node_joining_and_leaving_ray_on_the_timeline(tmp_path: Path) -> None:
+    counter = Counter(tmp_path, "node1", count_gpus=False)
+    node = partial(gcs.Node, address="10.0.0.9", metrics_port=0, gpus=0)
+    counter.update([node("node1"), node("node2")])
+    counter.update([node("node1"), node("node2"), node("node3")])
+    counter.update([node("node1"), node("node3")])
+    events = [(event.phase, event.detail) for event in protocol.read_timeline(tmp_path)]
+    assert events == [
+        (protocol.PHASE_WORKER_JOINED, "node1"),
+        (protocol.PHASE_WORKER_JOINED, "node2"),
+        (protocol.PHASE_WORKER_JOINED, "node3"),
+        (protocol.PHASE_WORKER_LEFT, "node2"),
+    ]
+    assert protocol.read_joined_nodes(tmp_path) == ["node1", "node3"]

@@ -84,6 +84,8 @@ class Counter:
             protocol.write_joined_nodes(self.log_dir, names)
             for name in sorted(names - self.names):
                 protocol.append_timeline(self.log_dir, protocol.PHASE_WORKER_JOINED, self.host, name)
+            for name in sorted(self.names - names):
+                protocol.append_timeline(self.log_dir, protocol.PHASE_WORKER_LEFT, self.host, name)
             self.names = names
         units = sum(node.gpus for node in alive) if self.count_gpus else len(alive)
         if units != self.units:

@@ -53,6 +53,8 @@ node_ip() {
 CHILD_PID=""
 TEMP_DIR=""
 TEMP_PARENT=""
+# A grow job's node: its job's leave file, whose coming makes watch_child call leave_ray (worker.sh).
+LEAVE_FILE=""
 
 # True while process $1 runs (a dead child not yet reaped does not count).
 running() {
@@ -153,7 +155,8 @@ ended_by_signal() {
 }
 
 # Waits for the child to exit while watching ENDED: when the job ends elsewhere, the child is killed at
-# once. Returns the child's exit status, or 0 when it was stopped because of ENDED.
+# once. Returns the child's exit status, or 0 when it was stopped because of ENDED. On a grow job's node,
+# the leave file's coming hands over to leave_ray, which does not return.
 watch_child() {
   local status=0
   WAITED_CS=0
@@ -161,6 +164,10 @@ watch_child() {
     if [[ -e $ENDED_FILE ]]; then
       stop_child
       return 0
+    fi
+    if [[ -n $LEAVE_FILE ]]; then
+      revalidate "$LEAVE_FILE"
+      [[ ! -e $LEAVE_FILE ]] || leave_ray
     fi
     pause
   done

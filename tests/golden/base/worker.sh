@@ -11,7 +11,29 @@ if [[ -n $GROWN ]]; then
   # A node of a grow job (raysub grow): it joins this job's Ray, and what would end the job on one of the
   # job's own nodes ends only this node (and its grow job, which sees its step end).
   end_job() { log "leaving: $1"; }
+  LEAVE_FILE="${GROWN}.leave"
 fi
+
+# A grow job's node leaves Ray once its leave file says so (raysub shrink, Slurm's warning signal): through
+# Ray's drain (raysub/job/programs/leave.py), then it waits for Ray to end on its own (its raylet does once
+# the node is idle) until the file's deadline, and ends what is left. Never returns.
+leave_ray() {
+  local deadline=0 why=""
+  read -r deadline why <"$LEAVE_FILE" || true
+  [[ $deadline =~ ^[0-9]+$ ]] || deadline=$EPOCHSECONDS
+  log "leaving Ray: ${why:-its leave file says so}"
+  node_program leave --address="$address" --file="$LEAVE_FILE" --temp-dir="$TEMP_DIR" --ip="$ip" --job="${SLURM_JOB_ID:-?}" || log "leaving without Ray's drain"
+  WAITED_CS=0
+  while running "$CHILD_PID" && ((EPOCHSECONDS < deadline)) && [[ ! -e $ENDED_FILE ]]; do
+    pause
+  done
+  if running "$CHILD_PID"; then
+    log "Ray did not let this node go by the deadline: ending it"
+  else
+    log "Ray has let this node go"
+  fi
+  exit 0
+}
 
 # Starts this node's first 'ray start' ahead of the head (raysub/job/programs/join.py, run as a script with Ray's
 # Python): Ray's command line loads while the head starts (with only the CPU nobody else wants), instead
