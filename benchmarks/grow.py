@@ -13,6 +13,7 @@ the cluster was at rest, without grow jobs and with two: each Slurm command on t
 that notes the call (the job's --setup puts them first).
 
     .venv/bin/python benchmarks/grow.py [--repeats 2] [--rest 60] [--json benchmarks/results/grow.json]
+    .venv/bin/python benchmarks/grow.py --report benchmarks/results/grow.json   # the table of saved rounds
 
 It brings the minicluster up if it is down, and takes it down again at the end in that case.
 """
@@ -107,7 +108,7 @@ def per_minute(calls: Path, window: list[float]) -> dict[str, float]:
 def grow_round(cluster: MiniCluster, work: Path, rest: float) -> tuple[dict[str, object], Path]:
     """The autoscaling job of a round: its driver's times, and the file of Slurm calls."""
     wait_idle(cluster)
-    work.mkdir()
+    work.mkdir(parents=True)
     calls = wrappers(cluster, work / "slurm")
     (work / "driver.py").write_text(DRIVER)
     render = ["raysub", "render", "--nodes", "2", "--gpus-per-node", "0", "--autoscale", "4"]
@@ -130,7 +131,7 @@ def grow_round(cluster: MiniCluster, work: Path, rest: float) -> tuple[dict[str,
 
 def measure(cluster: MiniCluster, work: Path, rest: float) -> Round:
     grown, calls = grow_round(cluster, work / "grow", rest)
-    fresh = run_job(cluster, "raysub", 4, work / "fresh")
+    fresh = run_job(cluster, "raysub", 4, work / "fresh")  # run_job makes only its own directory
     demand = float(grown["demand"])  # type: ignore[arg-type]
     seen: dict[str, float] = grown["seen"]  # type: ignore[assignment]
     started: dict[str, float] = grown["started"]  # type: ignore[assignment]
@@ -183,7 +184,11 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--rest", type=float, default=60, help="seconds at rest, before and after")
     parser.add_argument("--json", type=Path, help="write every round here")
+    parser.add_argument("--report", type=Path, help="only print the table of the rounds saved here")
     args = parser.parse_args()
+    if args.report:
+        print(table([Round(**r) for r in json.loads(args.report.read_text())["rounds"]]))
+        return 0
     cluster = MiniCluster(REPO / ".minicluster", nodes=4, pin=True)
     was_up = cluster.script("status", check=False).returncode == 0
     cluster.up()

@@ -4,7 +4,6 @@ their release. Each grow job is listed in the grown job's LOG_DIR/grow/ (raysub/
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import tempfile
 import time
@@ -12,10 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from raysub import protocol, slurm
-from raysub.job.grow import GROW_DRAIN_S, GROW_LEAVE_S, Grow, render_grow
+from raysub.job.grow import Grow, render_grow
 from raysub.jobs import Job
 from raysub.protocol import grow_jobs as grow_jobs_file
 from raysub.protocol.grow_jobs import By, GrowMark, Leave, leave_path, read_leave
+from raysub.timing import Timing
 
 
 class GrowError(RuntimeError):
@@ -80,6 +80,7 @@ def grow_jobs(job: Job) -> list[GrowJob]:
 
 
 LIVE = ("PENDING", "RUNNING", "CONFIGURING")
+TIMING = Timing()
 SHRINK_LOOK_S = 2  # how often raysub shrink asks Slurm whether a draining grow job has left
 
 
@@ -113,7 +114,7 @@ def _cancel(grown: GrowJob) -> None:
 
 
 def shrink(
-    job: Job, job_ids: tuple[str, ...] = (), nodes: int | None = None, drain: float = GROW_DRAIN_S
+    job: Job, job_ids: tuple[str, ...] = (), nodes: int | None = None, drain: float = TIMING.grow_drain_s
 ) -> list[GrowJob]:
     """Ends grow jobs of ``job``: those named, else the newest until ``nodes`` nodes are released, else all;
     the ones ended. A running one's nodes first leave Ray through its drain (its leave file), with ``drain``
@@ -123,21 +124,19 @@ def shrink(
     deadline = time.time() + drain
     draining = [grown for grown in chosen if grown.state == "RUNNING" and drain > 0]
     for grown in draining:
-        grow_jobs_file.write_leave(job.logs.path, grown.job_id, Leave(deadline, "raysub shrink"))
+        try:
+            grow_jobs_file.write_leave(job.logs.path, grown.job_id, Leave(deadline, "raysub shrink"))
+        except OSError as error:  # another user's job, a read-only LOG_DIR
+            raise GrowError(f"cannot tell grow job {grown.job_id} to leave: {error}") from None
     for grown in chosen:
         if grown not in draining:
             _cancel(grown)
-    while draining and time.time() < deadline + GROW_LEAVE_S:
+    while draining and time.time() < deadline + TIMING.grow_leave_s:
         time.sleep(SHRINK_LOOK_S)
         draining = [grown for grown in draining if slurm.job_state(grown.job_id).state in LIVE]
     for grown in draining:
         _cancel(grown)
     return chosen
-
-
-# The first line a grow node's worker script logs (templates/lib.sh.j2's log): "<time> raysub worker <k> on
-# <host>: ...".
-_NODE_LOG_HOST = re.compile(r"^\S+ raysub worker \S+ on (\S+): ", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -158,19 +157,6 @@ class Member:
         return f"grow job {self.job_id} ({self.by}): {self.nodes} node(s){where}, {self.state}{said}"
 
 
-def _hosts(log_dir: Path, job_id: str) -> list[str]:
-    hosts = []
-    for log in sorted((log_dir / protocol.GROW_DIR / job_id).glob("worker-*.log")):
-        try:
-            with log.open(errors="replace") as text:
-                found = _NODE_LOG_HOST.search(text.read(4096))
-        except OSError:
-            continue
-        if found:
-            hosts.append(found[1])
-    return hosts
-
-
 def members(job: Job, joined: set[str]) -> list[Member]:
     """Each grow job of ``job``, oldest first, as a member of its cluster: one squeue call for all of them;
     ``joined``, the nodes in Ray as the head's counter last saw them."""
@@ -178,7 +164,7 @@ def members(job: Job, joined: set[str]) -> list[Member]:
     queued = slurm.queue_states([mark.job_id for mark in marks])
     found = []
     for mark in marks:
-        hosts = _hosts(job.logs.path, mark.job_id)
+        hosts = grow_jobs_file.hosts(job.logs.path, mark.job_id)
         leave = read_leave(leave_path(job.logs.path, mark.job_id))
         slurm_state = queued.get(mark.job_id)
         if slurm_state is None:

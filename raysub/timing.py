@@ -52,3 +52,13 @@ class Timing:
     keep_ray_logs_s: float = 10.0
     # The autoscaler's node provider (--autoscale): Slurm's queue, for its grow jobs, at most this often.
     autoscale_slurm_look_s: float = 30.0
+    # Grow jobs (raysub grow, --autoscale; their batch script is no job's spec, so they take these defaults).
+    # How long their nodes have to leave Ray through its drain (raysub shrink's default, and on Slurm's
+    # warning signal): what runs there may finish meanwhile; Ray ends the node sooner once it is idle.
+    grow_drain_s: int = 60
+    # Slurm's warning signal comes this long before a grow job's time limit (Slurm may send it up to a
+    # minute sooner: sbatch(1) --signal), so that its nodes can leave by grow_drain_s.
+    grow_warn_s: int = 90
+    # A grow job's nodes see the grown job's ENDED within about a second, and leave by their leave file's
+    # deadline; the grow job ends its step this long after either.
+    grow_leave_s: int = 8

@@ -6,7 +6,8 @@ from pathlib import Path
 import click
 
 from raysub.cli.options import find_job, job_options, json_option
-from raysub.job.grow import DEFAULT_NODES, GROW_DRAIN_S
+from raysub.job.grow import DEFAULT_NODES
+from raysub.timing import Timing
 
 
 @click.command()
@@ -71,7 +72,7 @@ def grow(
 @click.option(
     "--drain",
     type=click.FloatRange(min=0),
-    default=GROW_DRAIN_S,
+    default=Timing.grow_drain_s,
     show_default=True,
     metavar="SECONDS",
     help="How long a running grow job's nodes have to leave Ray through its drain (no new work there; what "

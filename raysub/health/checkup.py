@@ -15,7 +15,7 @@ from pathlib import Path
 
 from raysub import protocol
 from raysub.health import gpu_use, ray_fatal
-from raysub.health.fatal import fatal_lines
+from raysub.health.fatal import NODE_DIED, fatal_lines
 from raysub.health.nccl import transport_findings, transports_by_node
 from raysub.health.options import (
     SLOW_STEP_FACTOR,
@@ -28,6 +28,7 @@ from raysub.health.progress import Progress, Throughput
 from raysub.health.stall import StepSources, median_step_time
 from raysub.job.lib.checkpoints import AmbiguousCheckpoints, latest_checkpoint
 from raysub.jobs import Job
+from raysub.protocol import grow_jobs
 from raysub.protocol.logdir import LogDir, ProgressSeen
 from raysub.protocol.metrics_log import Snapshot, read_snapshots
 from raysub.protocol.ray_logs import kept_logs, read_text
@@ -66,7 +67,7 @@ FAILED_STATES = {"FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED", "NODE_FAIL", "OU
 @dataclass(frozen=True)
 class Finding:
     severity: Severity
-    kind: str  # state, stall, slow_step, progress, gpu_idle, nccl, fatal, checkpoint
+    kind: str  # state, stall, slow_step, progress, gpu_idle, nccl, fatal, grow, checkpoint
     reason: str  # one line
     node: str | None = None
     line: str | None = None  # the log line that shows it
@@ -330,13 +331,28 @@ def texts_by_node(logs: LogDir, ip_names: dict[str, str]) -> dict[str, str]:
     return {node: "\n".join(lines) for node, lines in parts.items()}
 
 
-def log_findings(texts: dict[str, str], by_node: dict[str, str | None], gpu_job: bool) -> Iterator[Finding]:
-    """Fatal lines in each node's logs, and the NCCL transports of the nodes (``by_node``) found wanting."""
+def log_findings(
+    texts: dict[str, str], by_node: dict[str, str | None], gpu_job: bool, grow_hosts: set[str] | None = None
+) -> Iterator[Finding]:
+    """Fatal lines in each node's logs, and the NCCL transports of the nodes (``by_node``) found wanting. A
+    node of a grow job (``grow_hosts``) that Ray marked dead left the cluster as grow nodes do (a plain
+    scancel, a preemption): a warning, not the run failing."""
     for node, text in texts.items():
         for fatal in fatal_lines(text):
-            yield Finding(Severity.ERROR, "fatal", fatal.kind, node=node, line=fatal.line)
+            dead = fatal.kind == NODE_DIED
+            left = next((host for host in grow_hosts or () if dead and _names_host(fatal.line, host)), None)
+            if left is not None:
+                reason = f"{left}, a grow job's node, left Ray without Ray's drain (raysub shrink drains)"
+                yield Finding(Severity.WARNING, "grow", reason, node=node, line=fatal.line)
+            else:
+                yield Finding(Severity.ERROR, "fatal", fatal.kind, node=node, line=fatal.line)
     for reason in transport_findings(by_node, multi_node_gpu_job=gpu_job and len(texts) > 1):
         yield Finding(Severity.WARNING, "nccl", reason)
+
+
+def _names_host(line: str, host: str) -> bool:
+    """Whether Ray's line of a node marked dead names ``host`` ("... and node name: <host> has been ...")."""
+    return f"node name: {host} " in line
 
 
 def ray_log_findings(logs: LogDir) -> Iterator[Finding]:
@@ -389,7 +405,8 @@ def check(job: Job, slurm: SlurmState, options: Options, now: float | None = Non
     ip_names = {node.ip: name for name, node in snapshots[-1].nodes.items() if node.ip} if snapshots else {}
     texts = texts_by_node(logs, ip_names)
     by_node = transports_by_node(texts)
-    findings += log_findings(texts, by_node, gpu_job=used.get("GPU", {}).get("total", 0) > 0)
+    gpu_job = used.get("GPU", {}).get("total", 0) > 0
+    findings += log_findings(texts, by_node, gpu_job, grow_jobs.all_hosts(logs.path))
     findings += ray_log_findings(logs)
     recent = [s for s in snapshots if s.t >= now - options.gpu_idle_after]
     found = None

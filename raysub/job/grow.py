@@ -13,15 +13,6 @@ from raysub.passthrough import CONTROL
 from raysub.protocol.logdir import LogDir
 
 DEFAULT_NODES = 1
-# How long a grow job's nodes have to leave Ray through its drain (raysub shrink's default, and on Slurm's
-# warning signal): what runs there may finish meanwhile; Ray ends the node sooner once it is idle.
-GROW_DRAIN_S = 60
-# Slurm's warning signal comes this long before a grow job's time limit (Slurm may send it up to a minute
-# sooner: sbatch(1) --signal), so that its nodes can leave by GROW_DRAIN_S.
-GROW_WARN_S = 90
-# A grow job's nodes see the grown job's ENDED within about a second, and leave by their leave file's
-# deadline; the grow job ends its step this long after either.
-GROW_LEAVE_S = 8
 
 
 @dataclass(frozen=True)

@@ -85,13 +85,7 @@ def _join_args(spec: JobView) -> list[str]:
 
 
 def _leave_args(spec: JobView) -> list[str]:
-    return [
-        '--address="$address"',
-        '--file="$LEAVE_FILE"',
-        '--temp-dir="$TEMP_DIR"',
-        '--ip="$ip"',
-        '--job="${SLURM_JOB_ID:-?}"',
-    ]
+    return ['"$address"', '"$deadline"', '"$why"', '"$TEMP_DIR"', '"$ip"', '"${SLURM_JOB_ID:-?}"']
 
 
 def _preflight_args(spec: JobView) -> list[str]:

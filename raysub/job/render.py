@@ -14,7 +14,6 @@ import jinja2
 
 from raysub import __version__, protocol, slurm
 from raysub.job import manifest
-from raysub.job.grow import GROW_DRAIN_S, GROW_LEAVE_S, GROW_WARN_S
 from raysub.job.view import LARGE_SCALE, JobView
 from raysub.protocol import preflight_log
 from raysub.spec import (
@@ -25,6 +24,7 @@ from raysub.spec import (
     SANDBOX_PORT_AT,
     JobSpec,
 )
+from raysub.timing import Timing
 
 # The batch script and the scripts it writes into LOG_DIR, in the order they are written.
 EMBEDDED = (
@@ -143,13 +143,16 @@ def _imported(module: Path, package: Path) -> set[Path]:
     return found
 
 
+PROGRAMS = Path(__file__).resolve().parent / "programs"  # raysub/job/programs: the node programs
+
+
 def node_library(spec: JobSpec | None = None) -> list[tuple[str, Path]]:
     """What the batch script ships under LOG_DIR for the node programs: each program ``spec`` uses (every
     one without a spec), the modules they import and their packages' __init__ (raysub/job/__init__.py
     says what they may import); the early driver's gate goes apart, as sitecustomize. Each with its path
     under LOG_DIR."""
     package = Path(__file__).resolve().parents[1]
-    node = package / "job" / "programs"
+    node = PROGRAMS
     programs = node_programs(spec) if spec else list(manifest.ROWS)
     gate = node / "driver_gate.py"
     # Ray's autoscaler imports this one (--autoscale); it ships apart, and what it imports as usual.
@@ -173,32 +176,40 @@ def node_library(spec: JobSpec | None = None) -> list[tuple[str, Path]]:
     return shipped
 
 
-def _docstring_lines(tree: ast.Module) -> set[int]:
-    """The lines of each function's and class's docstring that hold nothing else, but where it is the whole
-    body (a body must hold a statement)."""
+_DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+
+
+def _docstring_lines(tree: ast.Module, module_doc: bool = True) -> set[int]:
+    """The lines of each function's and class's docstring (and, unless ``module_doc``, the module's) that
+    hold nothing else, but where it is the whole body (a body must hold a statement)."""
     lines: set[int] = set()
+    if not module_doc and ast.get_docstring(tree, clean=False) is not None:
+        lines |= _alone(tree.body)  # a module may be empty
     for node in ast.walk(tree):
-        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) or len(node.body) < 2:
-            continue
-        first, end = node.body[0], node.body[0].end_lineno or node.body[0].lineno
-        if ast.get_docstring(node, clean=False) is not None and node.body[1].lineno > end:
-            lines.update(range(first.lineno, end + 1))
+        if isinstance(node, _DEFINITIONS) and len(node.body) > 1 and ast.get_docstring(node, clean=False):
+            lines |= _alone(node.body)
     return lines
+
+
+def _alone(body: list[ast.stmt]) -> set[int]:
+    """The lines of the first statement of ``body`` when no other statement shares them."""
+    first, end = body[0], body[0].end_lineno or body[0].lineno
+    return set(range(first.lineno, end + 1)) if len(body) == 1 or body[1].lineno > end else set()
 
 
 # Tokens that do not make a line code: a line with only these is blank or a comment.
 _NOT_CODE = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT}
 
 
-def code_lines(source: str) -> str:
+def code_lines(source: str, module_doc: bool = True) -> str:
     """``source`` without the lines that hold only a comment or nothing (a line inside a string stays) and
-    without the docstrings of functions and classes: the same program, its module docstring (a program's
-    --help) kept."""
+    without the docstrings of functions and classes: the same program; its module docstring kept when
+    ``module_doc`` (a program's --help)."""
     code: set[int] = set()
     for token in tokenize.generate_tokens(io.StringIO(source).readline):
         if token.type not in _NOT_CODE:
             code.update(range(token.start[0], token.end[0] + 1))
-    code -= _docstring_lines(ast.parse(source))
+    code -= _docstring_lines(ast.parse(source), module_doc)
     return "".join(line for number, line in enumerate(source.splitlines(keepends=True), 1) if number in code)
 
 
@@ -208,10 +219,16 @@ def shipped_text(module: Path) -> str:
     where = module.relative_to(Path(__file__).resolve().parents[2])
     return (
         f"# {where} of raysub {__version__}, less its comments, blank lines and docstrings.\n"
-        + code_lines(module.read_text())
+        + code_lines(module.read_text(), module_doc=is_program(module))
     )
 
 
+def is_program(module: Path) -> bool:
+    """Whether ``module`` is a node program, whose docstring is its --help (other modules' are not used)."""
+    return module.parent == PROGRAMS
+
+
+GROW_TIMING = Timing()  # a grow job's batch script is no job's spec: it takes the default timings
 GROW_RANK_BASE = 1001  # a grow job's nodes' topology ranks start here (the job's own stay below)
 
 
@@ -224,9 +241,9 @@ def grow_script(log_dir: str | None, **sbatch: Any) -> str:
     return template.render(
         files=protocol.template_names(),
         log_dir=log_dir,
-        leave_s=GROW_LEAVE_S,
-        warn_s=GROW_WARN_S,
-        drain_s=GROW_DRAIN_S,
+        leave_s=GROW_TIMING.grow_leave_s,
+        warn_s=GROW_TIMING.grow_warn_s,
+        drain_s=GROW_TIMING.grow_drain_s,
         rank_base=GROW_RANK_BASE,
         **values,
     )

@@ -120,3 +120,27 @@ def read_leave(path: Path) -> Leave | None:
         return Leave(float(int(deadline)), why.strip() or "no reason given")
     except (OSError, ValueError):
         return None
+
+
+# The first line a grow node's worker script logs (templates/lib.sh.j2's log) in its grow job's
+# LOG_DIR/grow/<id>/worker-<k>.log: "<time> raysub worker <k> on <host>: ...".
+_NODE_LOG_HOST = re.compile(r"^\S+ raysub worker \S+ on (\S+): ", re.MULTILINE)
+
+
+def hosts(log_dir: Path, job_id: str) -> list[str]:
+    """The nodes of grow job ``job_id`` that have logged, in task order."""
+    found = []
+    for log in sorted((log_dir / GROW_DIR / job_id).glob("worker-*.log")):
+        try:
+            with log.open(errors="replace") as text:
+                named = _NODE_LOG_HOST.search(text.read(4096))
+        except OSError:
+            continue
+        if named:
+            found.append(named[1])
+    return found
+
+
+def all_hosts(log_dir: Path) -> set[str]:
+    """Every node any grow job of the job has had."""
+    return {host for mark in read_all(log_dir) for host in hosts(log_dir, mark.job_id)}

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from raysub import protocol
-from raysub.job.render import PAYLOAD_LINE, node_library, render
+from raysub.job.render import PAYLOAD_LINE, is_program, node_library, render
 from raysub.spec import JobSpec, Sandbox
 from raysub.validate import extract
 from tests.conftest import RunCli
@@ -115,9 +115,11 @@ def test_each_option_changes_only_what_its_golden_diff_shows(name: str) -> None:
 
 
 def program(source: str) -> str:
-    """The syntax tree of ``source`` without the docstrings of functions and classes that have more in
-    their body: what a job runs of a module."""
+    """The syntax tree of ``source`` without its module docstring and the docstrings of functions and
+    classes that have more in their body: what a job runs of a module."""
     tree = ast.parse(source)
+    if ast.get_docstring(tree, clean=False) is not None:
+        tree.body = tree.body[1:]
     for node in ast.walk(tree):
         if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             continue
@@ -132,8 +134,9 @@ def test_shipped_modules_are_raysubs_own_source_less_what_never_runs(spec: JobSp
     for name, source in node_library(spec):
         text = source.read_text()
         assert program(embedded[name]) == program(text), name
-        # The module's docstring is kept (a program's --help), and the first line names the source.
-        assert ast.get_docstring(ast.parse(embedded[name])) == ast.get_docstring(ast.parse(text)), name
+        # A program's docstring is kept (its --help), no other module's; the first line names the source.
+        kept = ast.get_docstring(ast.parse(text)) if is_program(source) else None
+        assert ast.get_docstring(ast.parse(embedded[name])) == kept, name
         first, *rest = embedded[name].splitlines()
         where = source.relative_to(Path(protocol.__file__).parents[2])
         assert first.startswith(f"# {where} of raysub "), first

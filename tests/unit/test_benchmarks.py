@@ -62,3 +62,19 @@ def test_the_recovery_benchmark_reports_its_saved_runs(tmp_path: Path) -> None:
     kinds = {row[1] for row in rows if len(row) > 2 and row[0] in ("2", "4")}
     assert kinds == {"in_alloc", "resubmit", "watch"}, out
     assert json.loads(copy.read_text())["complete"] is True
+
+
+def test_the_grow_benchmark_reports_its_saved_rounds() -> None:
+    # Its rounds need the minicluster (benchmarks/run-all); its table comes from what they saved.
+    out = run_benchmark("grow.py", "--report", "benchmarks/results/grow.json")
+    lines = [line.strip() for line in out.splitlines()]
+    assert lines[0] == "Medians over 2 round(s), seconds. From pending demand (a group of 4 on 2 nodes):"
+    assert [line.rsplit(None, 1)[0] for line in lines[1:6]] == [
+        "decide (-> the provider's sbatch)",
+        "queue (sbatch -> batch script runs)",
+        "bring-up (-> the node alive in Ray)",
+        "all (-> the group ready)",
+        "A fresh 4-node job: sbatch -> 4 nodes",
+    ]
+    assert all(float(line.split()[-1]) > 0 for line in lines[1:6]), out
+    assert lines[7:9] == ["without grow jobs: none", "with two grow jobs: squeue 2.0"]

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from raysub import protocol
 from raysub.elastic import members, shrink
 from raysub.errors import SpecError
-from raysub.job.grow import GROW_DRAIN_S, GROW_WARN_S, Grow, render_grow
+from raysub.job.grow import Grow, render_grow
 from raysub.job.programs import leave
 from raysub.jobs import Job
 from raysub.protocol import grow_jobs
@@ -22,6 +22,7 @@ from raysub.protocol.grow_jobs import GrowMark, Leave
 from raysub.protocol.logdir import LogDir
 from raysub.slurm import SlurmState, queue_states
 from raysub.status import read_status
+from raysub.timing import Timing
 from tests.conftest import RunCli
 from tests.unit.test_validate_shellcheck import SHELLCHECKS
 
@@ -111,7 +112,7 @@ def test_the_grow_script_writes_the_leave_file_on_slurms_warning_signal_as_the_r
     tmp_path: Path,
 ) -> None:
     script = render_grow(Grow(LogDir(tmp_path / "7-logs"), 1))
-    assert f"#SBATCH --signal=B:USR1@{GROW_WARN_S}\n" in script
+    assert f"#SBATCH --signal=B:USR1@{Timing.grow_warn_s}\n" in script
     warned = script[script.index("warned() {") : script.index("trap warned USR1")]
     leave_file = tmp_path / f"4790{protocol.GROW_LEAVE}"
     before = time.time()
@@ -127,7 +128,8 @@ def test_the_grow_script_writes_the_leave_file_on_slurms_warning_signal_as_the_r
     )
     leave = grow_jobs.read_leave(leave_file)
     assert leave is not None and leave.why == "Slurm's warning signal (its time limit or a preemption)"
-    assert int(before) + GROW_DRAIN_S <= leave.deadline <= time.time() + GROW_DRAIN_S
+    drain = Timing.grow_drain_s
+    assert int(before) + drain <= leave.deadline <= time.time() + drain
     assert leave_file.stat().st_mode & 0o777 == 0o640
     assert [path.name for path in tmp_path.iterdir()] == [leave_file.name]
 
@@ -192,7 +194,7 @@ def test_shrink_drains_a_running_grow_job_and_cancels_it_only_when_it_stays_past
 ) -> None:
     slurm = FakeSlurm({"4790": "RUNNING", "4791": "PENDING", "4792": "RUNNING"}, leaves_after={"4790": 2})
     job = grown_job(tmp_path, {"4790": 2, "4791": 1, "4792": 1}, monkeypatch, slurm)
-    monkeypatch.setattr("raysub.elastic.GROW_LEAVE_S", 0.2)
+    monkeypatch.setattr("raysub.elastic.TIMING", Timing(grow_leave_s=0))
     ended = shrink(job, drain=0.3)
     assert [grown.job_id for grown in ended] == ["4790", "4791", "4792"]
     # The queued one at once; the one that did not leave by the drain's end, then; not the one that left.
@@ -250,3 +252,18 @@ def test_queue_states_asks_squeue_once_for_all_grow_jobs(monkeypatch: pytest.Mon
     assert {job_id: state.state for job_id, state in states.items()} == {"4790": "PENDING", "4791": "RUNNING"}
     assert states["4790"].pending == "jobs of higher priority go first (Priority)"
     assert queue_states([]) == {}
+
+
+def test_shrink_says_why_it_cannot_tell_a_grow_job_to_leave(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, raysub_cli: RunCli
+) -> None:
+    slurm = FakeSlurm({"4790": "RUNNING"})
+    grown_job(tmp_path, {"4790": 1}, monkeypatch, slurm)
+
+    def refused(*args: object) -> None:
+        raise PermissionError(13, "Permission denied", "grow/4790.leave")
+
+    monkeypatch.setattr("raysub.protocol.grow_jobs.write_leave", refused)
+    said = raysub_cli("shrink", "4711", "--log-dir", str(tmp_path))
+    assert said.code == 1 and "cannot tell grow job 4790 to leave: [Errno 13]" in said.stderr, said.stderr
+    assert "Traceback" not in said.stderr and slurm.cancelled == []

@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 
 from raysub import protocol
-from raysub.health.checkup import Finding, Severity, StallCheck, Verdict, check, stall_check
+from raysub.health.checkup import Finding, Severity, StallCheck, Verdict, check, log_findings, stall_check
 from raysub.health.options import Options
 from raysub.health.stall import CARRY_MAX, DriverTail, median_step_time, step_times
 from raysub.jobs import Job
+from raysub.protocol import grow_jobs
 from raysub.protocol.logdir import LogDir, NodeEntry, ProgressSeen
 from raysub.protocol.metrics_log import snapshot_line
 from raysub.protocol.readings import GpuMetrics, NodeMetrics
@@ -554,3 +555,28 @@ def test_the_step_pattern_the_job_was_rendered_with_is_read_from_log_dir(tmp_pat
     job.logs.file(protocol.STEP_SOURCES).write_text(json.dumps({"step_regex": r"it (\d+) done"}))  # no 'step'
 
     assert check(job, RUNNING, Options(), now=NOW).step is None
+
+
+# Ray's GCS line for a node whose heartbeats stopped, as src/ray/gcs/gcs_node_manager.cc writes it (Ray 2.60;
+# Ray printed it to the driver of tests/slurm/test_grow.py for a grow job ended by a plain scancel). Before
+# Ray named the node it said "and ip: 10.4.4.107" (ray-project/ray#15128); that form names no host.
+MARKED_DEAD = (
+    "(raylet) The node with node id: 8cb909f5b4ad41f7b56814545541ef3ea75a5930dfa11ec1801d5749 and address: "
+    "198.18.0.14 and node name: {host} has been marked dead because the detector has missed too many "
+    "heartbeats from it. This can happen when a \t(1) raylet crashes unexpectedly (OOM, etc.) "
+)
+
+
+def test_a_grow_nodes_death_is_a_warning_and_the_jobs_own_node_an_error(tmp_path: Path) -> None:
+    logs = LogDir.of(tmp_path, 4711)
+    logs.path.mkdir()
+    grow_jobs.write(logs.path, grow_jobs.GrowMark("4790", 1, "grow", time.time()))
+    (logs.path / protocol.GROW_DIR / "4790").mkdir()
+    (logs.path / protocol.GROW_DIR / "4790" / "worker-0.log").write_text(
+        "23:19:50 raysub worker 0 on node4: joining 198.18.0.11:6379\n"
+    )
+    text = "\n".join(MARKED_DEAD.format(host=host) for host in ("node4", "node2"))
+    found = list(log_findings({"node1": text}, {}, False, grow_jobs.all_hosts(logs.path)))
+    assert [(f.severity, f.kind) for f in found] == [(Severity.WARNING, "grow"), (Severity.ERROR, "fatal")]
+    assert found[0].reason.startswith("node4, a grow job's node, left Ray without Ray's drain")
+    assert [f.kind for f in log_findings({"node1": text}, {}, False)] == ["fatal", "fatal"]

@@ -19,19 +19,13 @@ fi
 # the node is idle) until the file's deadline, and ends what is left. Never returns.
 leave_ray() {
   local deadline=0 why=""
-  read -r deadline why <"$LEAVE_FILE" || true
+  read -r deadline why <"$LEAVE_FILE" || true # '<deadline, epoch seconds> <why>' (protocol/grow_jobs.py)
   [[ $deadline =~ ^[0-9]+$ ]] || deadline=$EPOCHSECONDS
-  log "leaving Ray: ${why:-its leave file says so}"
-  node_program leave --address="$address" --file="$LEAVE_FILE" --temp-dir="$TEMP_DIR" --ip="$ip" --job="${SLURM_JOB_ID:-?}" || log "leaving without Ray's drain"
+  log "leaving Ray: ${why:=its leave file says so}"
+  node_program leave "$address" "$deadline" "$why" "$TEMP_DIR" "$ip" "${SLURM_JOB_ID:-?}" || log "leaving without Ray's drain"
   WAITED_CS=0
-  while running "$CHILD_PID" && ((EPOCHSECONDS < deadline)) && [[ ! -e $ENDED_FILE ]]; do
-    pause
-  done
-  if running "$CHILD_PID"; then
-    log "Ray did not let this node go by the deadline: ending it"
-  else
-    log "Ray has let this node go"
-  fi
+  while running "$CHILD_PID" && ((EPOCHSECONDS < deadline)) && [[ ! -e $ENDED_FILE ]]; do pause; done
+  log "Ray has let this node go, or the deadline has come"
   exit 0
 }
 
