@@ -159,6 +159,25 @@ def page_cache_kept() -> Iterator[None]:
         keeper.wait(timeout=30)
 
 
+@contextlib.contextmanager
+def warm_minicluster(nodes: int, warm_up_nodes: int) -> Iterator[tuple[MiniCluster, Path]]:
+    """The minicluster with ``nodes`` nodes (brought up if down, and down again after), Ray's files kept in
+    memory, and a directory for the runs, after a job of ``warm_up_nodes`` nodes that is not counted: the
+    first job after the cluster came up finds Ray's files cold, whatever its kind."""
+    # Each node on a CPU of its own, in turn (scripts/minicluster up --pin): on a real cluster no node's
+    # start takes CPU from another's, and a script that overlaps them must be able to show it.
+    cluster = MiniCluster(REPO / ".minicluster", nodes=nodes, pin=True)
+    was_up = cluster.script("status", check=False).returncode == 0
+    cluster.up()
+    try:
+        with page_cache_kept(), tempfile.TemporaryDirectory(prefix="raysub-bench-") as tmp:
+            run_job(cluster, "bare", warm_up_nodes, Path(tmp) / "warm-up")
+            yield cluster, Path(tmp)
+    finally:
+        if not was_up:
+            cluster.down()
+
+
 def table(runs: list[Run], counts: list[int]) -> tuple[str, list[dict[str, object]]]:
     lines = [
         "Medians in seconds. whole: sbatch -> the driver saw every node; gone: driver exit -> job gone;",
@@ -222,27 +241,16 @@ def main() -> int:
     parser.add_argument("--plot", type=Path, help="draw bring-up time and job steps against N here (PNG)")
     args = parser.parse_args()
     counts = [int(n) for n in args.nodes.split(",")]
-    # Each node on a CPU of its own, in turn (scripts/minicluster up --pin): on a real cluster no node's
-    # start takes CPU from another's, and a script that overlaps them must be able to show it.
-    cluster = MiniCluster(REPO / ".minicluster", nodes=max(4, *counts), pin=True)
-    was_up = cluster.script("status", check=False).returncode == 0
-    cluster.up()
     runs: list[Run] = []
     started = time.time()
-    try:
-        with page_cache_kept(), tempfile.TemporaryDirectory(prefix="raysub-bench-") as tmp:
-            # Not counted: the first job after the cluster came up finds Ray's files cold, whatever its kind.
-            run_job(cluster, "bare", min(counts), Path(tmp) / "warm-up")
-            for nodes in counts:
-                for rep in range(args.repeats):
-                    # In turn, so that a slow spell of the machine hits every kind, and in an order that
-                    # rotates, so that no kind always follows the same one (ray_docs leaves the most behind).
-                    for kind in KINDS[rep % len(KINDS) :] + KINDS[: rep % len(KINDS)]:
-                        runs.append(run_job(cluster, kind, nodes, Path(tmp) / f"{kind}-{nodes}-{rep}"))
-                        print(f"# {runs[-1]}", file=sys.stderr, flush=True)
-    finally:
-        if not was_up:
-            cluster.down()
+    with warm_minicluster(max(4, *counts), min(counts)) as (cluster, tmp):
+        for nodes in counts:
+            for rep in range(args.repeats):
+                # In turn, so that a slow spell of the machine hits every kind, and in an order that
+                # rotates, so that no kind always follows the same one (ray_docs leaves the most behind).
+                for kind in KINDS[rep % len(KINDS) :] + KINDS[: rep % len(KINDS)]:
+                    runs.append(run_job(cluster, kind, nodes, tmp / f"{kind}-{nodes}-{rep}"))
+                    print(f"# {runs[-1]}", file=sys.stderr, flush=True)
     text, rows = table(runs, counts)
     print(text)
     if args.json:

@@ -22,7 +22,6 @@ import argparse
 import json
 import statistics
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -30,7 +29,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bringup_vs import page_cache_kept, run_job, wait_idle  # noqa: E402
+from bringup_vs import run_job, wait_idle, warm_minicluster  # noqa: E402
 
 from raysub import protocol  # noqa: E402
 from raysub.protocol.logdir import LogDir  # noqa: E402
@@ -189,20 +188,12 @@ def main() -> int:
     if args.report:
         print(table([Round(**r) for r in json.loads(args.report.read_text())["rounds"]]))
         return 0
-    cluster = MiniCluster(REPO / ".minicluster", nodes=4, pin=True)
-    was_up = cluster.script("status", check=False).returncode == 0
-    cluster.up()
     rounds: list[Round] = []
     started = time.time()
-    try:
-        with page_cache_kept(), tempfile.TemporaryDirectory(prefix="raysub-bench-") as tmp:
-            run_job(cluster, "bare", 2, Path(tmp) / "warm-up")  # not counted: Ray's files are cold
-            for rep in range(args.repeats):
-                rounds.append(measure(cluster, Path(tmp) / f"round-{rep}", args.rest))
-                print(f"# {rounds[-1]}", file=sys.stderr, flush=True)
-    finally:
-        if not was_up:
-            cluster.down()
+    with warm_minicluster(4, 2) as (cluster, tmp):
+        for rep in range(args.repeats):
+            rounds.append(measure(cluster, tmp / f"round-{rep}", args.rest))
+            print(f"# {rounds[-1]}", file=sys.stderr, flush=True)
     print(table(rounds))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
