@@ -16,12 +16,14 @@ import subprocess
 import sys
 import textwrap
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from raysub import protocol
 from raysub.protocol import grow_jobs
+from raysub.protocol.logdir import LogDir
 from tests.support.minicluster import MiniCluster
 from tests.support.raysub_jobs import assert_clean, job_report, submit, wait_for
 
@@ -149,6 +151,38 @@ def test_a_grow_job_adds_nodes_leaves_without_ending_the_job_and_ends_with_it(
     # Ray's autoscaler looks every second, not every 5 (as Ray on Spark has it): the test waits less.
     faster = "--export=ALL,AUTOSCALER_UPDATE_INTERVAL_S=1"
     job_id, logs = submit(minicluster, slurm_tmp, render, "--nodelist=node[1-2]", "--time=8", faster)
+    with ThreadPoolExecutor(1) as meanwhile:
+        stranger = meanwhile.submit(join_with_another_token, minicluster, slurm_tmp, logs)
+        grow_and_shrink(minicluster, slurm_tmp, job_id, logs, stranger)
+
+
+def join_with_another_token(
+    minicluster: MiniCluster, slurm_tmp: Path, logs: LogDir
+) -> subprocess.CompletedProcess[str]:
+    """A worker's ray start on node4 with a token of its own, while the autoscaler's grow nodes idle (so
+    that it takes no CPU from a bring-up)."""
+    wrong = slurm_tmp / "wrong_token"
+    wrong.write_text("0" * 64 + "\n")
+    wrong.chmod(0o600)
+    deadline = time.monotonic() + 180
+    while "\ngroup " not in (logs.driver_log.read_text() if logs.driver_log.exists() else ""):
+        if time.monotonic() > deadline or logs.ended.exists():
+            raise subprocess.CalledProcessError(124, "the job's autoscaling never placed its group")
+        time.sleep(0.5)
+    address = logs.file(protocol.STARTED_RAY_HEAD).read_text().strip()
+    env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(slurm_tmp)}
+    env |= {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(wrong)}
+    start = ["timeout", "90", "ray", "start", f"--address={address}", f"--temp-dir={slurm_tmp / 'stranger'}"]
+    return minicluster.run_in_node_netns("node4", *start, env=env, timeout=120)
+
+
+def grow_and_shrink(
+    minicluster: MiniCluster,
+    slurm_tmp: Path,
+    job_id: int,
+    logs: LogDir,
+    stranger: "Future[subprocess.CompletedProcess[str]]",
+) -> None:
     # Ray's autoscaler grew the cluster for the group, its nodes had the --env value, and it released them.
     deadline = time.monotonic() + 300
     while not (slurm_tmp / "released").exists():
@@ -211,6 +245,12 @@ def test_a_grow_job_adds_nodes_leaves_without_ending_the_job_and_ends_with_it(
             third: [preempted, f"raysub grow job {third} leaves: {WARNED}"],
         },
     }, job_report(minicluster, slurm_tmp, job_id)
+    # Each left as soon as Ray let it go (its raylet ends itself once drained and idle), not at the deadline.
+    for grown in (second, third):
+        while minicluster.is_queued(grown):
+            time.sleep(0.2)
+        told = (logs.path / protocol.GROW_DIR / grown / "worker-0.log").read_text()
+        assert "leave: Ray has let the node go" in told, told
     assert not logs.ended.exists(), logs.ended.read_text()
     listed = json.loads(
         minicluster.run(
@@ -226,16 +266,9 @@ def test_a_grow_job_adds_nodes_leaves_without_ending_the_job_and_ends_with_it(
     grow_dir = logs.path / protocol.GROW_DIR
     assert {path.stat().st_mode & 0o022 for path in grow_dir.rglob("*")} == {0}
     assert logs.file(protocol.STEP_ENV).stat().st_mode & 0o777 == 0o600
-    # A worker that joins with another token than the job's is refused by Ray.
-    wrong = slurm_tmp / "wrong_token"
-    wrong.write_text("0" * 64 + "\n")
-    wrong.chmod(0o600)
-    address = logs.file(protocol.STARTED_RAY_HEAD).read_text().strip()
-    env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(slurm_tmp)}
-    env |= {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(wrong)}
-    start = ["timeout", "90", "ray", "start", f"--address={address}", f"--temp-dir={slurm_tmp / 'stranger'}"]
+    # A worker that joins with another token than the job's is refused by Ray (tried meanwhile).
     with pytest.raises(subprocess.CalledProcessError) as refused:
-        minicluster.run_in_node_netns("node4", *start, env=env, timeout=120)
+        stranger.result()
     output = f"{refused.value.stdout}{refused.value.stderr}"
     assert refused.value.returncode != 124, output  # refused, not left waiting
     assert "auth" in output.lower(), output

@@ -15,17 +15,14 @@ if [[ -n $GROWN ]]; then
 fi
 
 # A grow job's node leaves Ray once its leave file says so (raysub shrink, Slurm's warning signal): through
-# Ray's drain (raysub/job/programs/leave.py), then it waits for Ray to end on its own (its raylet does once
-# the node is idle) until the file's deadline, and ends what is left. Never returns.
+# Ray's drain, until Ray has let it go or the file's deadline has come (raysub/job/programs/leave.py); then
+# it ends what is left. Never returns.
 leave_ray() {
   local deadline=0 why=""
   read -r deadline why <"$LEAVE_FILE" || true # '<deadline, epoch seconds> <why>' (protocol/grow_jobs.py)
   [[ $deadline =~ ^[0-9]+$ ]] || deadline=$EPOCHSECONDS
   log "leaving Ray: ${why:=its leave file says so}"
   node_program leave "$address" "$deadline" "$why" "$TEMP_DIR" "$ip" "${SLURM_JOB_ID:-?}" || log "leaving without Ray's drain"
-  WAITED_CS=0
-  while running "$CHILD_PID" && ((EPOCHSECONDS < deadline)) && [[ ! -e $ENDED_FILE ]]; do pause; done
-  log "Ray has let this node go, or the deadline has come"
   exit 0
 }
 
