@@ -166,8 +166,11 @@ def members(job: Job, joined: set[str]) -> list[Member]:
     for mark in marks:
         hosts = grow_jobs_file.hosts(job.logs.path, mark.job_id)
         leave = read_leave(leave_path(job.logs.path, mark.job_id))
-        slurm_state = queued.get(mark.job_id)
-        if slurm_state is None:
+        # squeue did not answer: each job asked on its own (squeue, scontrol, then sacct)
+        slurm_state = queued.get(mark.job_id) if queued is not None else slurm.job_state(mark.job_id)
+        if slurm_state is not None and slurm_state.state is None:
+            state, detail = "unknown", "no Slurm tool knows the job"
+        elif slurm_state is None or slurm_state.state not in LIVE:
             state, detail = "gone", f"left Ray: {leave.why}" if leave else "not in Slurm's queue"
         elif slurm_state.state == "PENDING":
             state, detail = "queued", slurm_state.pending or ""

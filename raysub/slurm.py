@@ -77,12 +77,14 @@ def squeue_state(line: str) -> SlurmState:
     return SlurmState(state, None, "squeue", reason or None, known)
 
 
-def queue_states(job_ids: list[str]) -> dict[str, SlurmState]:
+def queue_states(job_ids: list[str]) -> dict[str, SlurmState] | None:
     """Slurm's state of each of ``job_ids`` still in its queue, by one squeue call; a job it has let go is
-    not there."""
+    not there. None when squeue did not answer (it refuses a lone job id it no longer knows, too)."""
     if not job_ids:
         return {}
-    queued = _run("squeue", "-h", "-j", ",".join(job_ids), "-o", "%i|%T|%r|%S") or ""
+    queued = _run("squeue", "-h", "-j", ",".join(job_ids), "-o", "%i|%T|%r|%S")
+    if queued is None:
+        return None
     states = {}
     for line in queued.splitlines():
         job_id, _, rest = line.strip().partition("|")

@@ -233,9 +233,17 @@ def test_the_members_of_a_grown_cluster_are_queued_joining_up_draining_or_gone(
         ("gone", "left Ray: Slurm's warning signal", []),
     ]
     assert found["4791"].describe() == "grow job 4791 (grow): 2 node(s) (node3 node4), joining: 1 of 2 in Ray"
+    # squeue refusing the list (a lone job id Slurm forgot): each job is asked on its own.
+    monkeypatch.setattr("raysub.slurm.queue_states", lambda job_ids: None)
+    slurm.queue["4794"] = "COMPLETED"  # scontrol's word on a job that left the queue
+    slurm.queue.pop("4790")  # known to no Slurm tool
+    alone = {member.job_id: member.state for member in members(job, {"node5"})}
+    assert alone == {"4790": "unknown", "4791": "joining", "4792": "up", "4793": "draining", "4794": "gone"}
+    monkeypatch.setattr("raysub.slurm.queue_states", slurm.queue_states)
     protocol.write_joined_nodes(job.logs.path, ["node1", "node2", "node5"])
     status = read_status(job, SlurmState("RUNNING"), time.time())
     assert len(status.members) == 5
+    assert status.members[-1]["state"] == "gone"  # not in squeue's list: COMPLETED is not in the queue
     assert "  grow job 4792 (grow): 1 node(s) (node5), up" in status.describe().splitlines()
 
 
@@ -249,9 +257,12 @@ def test_queue_states_asks_squeue_once_for_all_grow_jobs(monkeypatch: pytest.Mon
     monkeypatch.setattr("raysub.slurm._run", squeue)
     states = queue_states(["4790", "4791", "4792"])
     assert calls == [("squeue", "-h", "-j", "4790,4791,4792", "-o", "%i|%T|%r|%S")]
+    assert states is not None
     assert {job_id: state.state for job_id, state in states.items()} == {"4790": "PENDING", "4791": "RUNNING"}
     assert states["4790"].pending == "jobs of higher priority go first (Priority)"
     assert queue_states([]) == {}
+    monkeypatch.setattr("raysub.slurm._run", lambda *args: None)  # squeue failed
+    assert queue_states(["4790"]) is None
 
 
 def test_shrink_says_why_it_cannot_tell_a_grow_job_to_leave(
