@@ -224,7 +224,8 @@ FILES = (
         "(`raysub/protocol/grow_jobs.py`)",
         "`<deadline, epoch seconds> <why>`: the grow job's nodes leave Ray through Ray's drain by then",
         _LOG_MODE_DOC,
-        "each node of that grow job (`leave.py`), which then asks Ray to drain it",
+        "each node of that grow job (the worker script's `leave_ray`), which then has `leave.py` ask Ray "
+        "to drain it",
     ),
     FileDoc(
         (STEP_SOURCES,),

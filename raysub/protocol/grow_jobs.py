@@ -4,7 +4,8 @@ the queue is known too) by raysub grow or by the autoscaler's node provider (--a
 
 LOG_DIR/grow/<id>.leave: grow job <id>'s nodes are to leave Ray through Ray's drain, by a deadline. One line:
 '<deadline, epoch seconds> <why>'. Written by raysub shrink, and by the grow job's batch script (bash, on
-Slurm's warning signal: templates/grow.sub.j2); read by the node program leave.py on each of its nodes."""
+Slurm's warning signal: templates/grow.sub.j2); read by the worker script on each of its nodes (leave_ray),
+which hands the deadline and reason to the node program leave.py."""
 
 from __future__ import annotations
 
